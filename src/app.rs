@@ -1,0 +1,30 @@
+//! The shared state every service holds: config, storage, the snapshot, crypto, clients.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::sealing::MasterKey;
+use crate::snapshot::SnapshotHandle;
+use crate::store::Store;
+use crate::upstream::{Timeouts, UpstreamClient};
+
+pub struct App {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub snapshot: Arc<SnapshotHandle>,
+    pub master: Arc<MasterKey>,
+    /// Upstream client of the management API (provider tests); the gateway owns its own pool.
+    pub upstream: UpstreamClient,
+    pub started: Instant,
+}
+
+impl App {
+    pub fn upstream_timeouts(cfg: &Config) -> Timeouts {
+        Timeouts {
+            connect: Duration::from_millis(cfg.upstream.connect_timeout_ms),
+            read: Duration::from_millis(cfg.upstream.read_timeout_ms),
+            idle_pool: Duration::from_secs(cfg.upstream.idle_pool_seconds.max(1)),
+        }
+    }
+}

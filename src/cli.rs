@@ -1,0 +1,207 @@
+//! The command line: serve | migrate | tenant create | key create | check-config.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+use crate::store::{self, keys::NewKey, Store, StoreError};
+
+#[derive(Parser, Debug)]
+#[command(name = "tollgate", version, about = "AI governance and observability gateway")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ConfigArg {
+    /// Config file (YAML). Without it the embedded defaults are used.
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the gateway, management API and metrics listeners.
+    Serve(ConfigArg),
+    /// Apply pending database migrations and exit.
+    Migrate(ConfigArg),
+    /// Tenant administration.
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+    /// Virtual key administration.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// Validate the configuration and exit (errors name file, line and field).
+    CheckConfig(ConfigArg),
+}
+
+#[derive(Subcommand, Debug)]
+enum TenantCommand {
+    /// Create a tenant and print its id and a manager key (shown once).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// Print one JSON line: {"tenantId", "keyId", "key"}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum KeyCommand {
+    /// Create a key for a tenant and print it (shown once).
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// Give the key manager rights.
+        #[arg(long)]
+        manager: bool,
+        #[arg(long, default_value = "")]
+        label: String,
+        /// Print one JSON line: {"tenantId", "keyId", "key"}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tollgate: {msg}");
+    ExitCode::FAILURE
+}
+
+fn load(arg: &ConfigArg) -> Result<Config, ExitCode> {
+    Config::load(arg.config.as_deref()).map_err(fail)
+}
+
+/// Opens the database and applies pending migrations (every CLI command that touches it does).
+fn open(cfg: &Config) -> Result<Store, ExitCode> {
+    let rt = store::db_runtime();
+    let store = rt.block_on(Store::connect(&cfg.database_url())).map_err(fail)?;
+    rt.block_on(store.migrate()).map_err(fail)?;
+    Ok(store)
+}
+
+/// Creates a key and returns (secret, key id).
+pub async fn create_key(store: &Store, tenant_id: &str, manager: bool, label: &str) -> Result<(String, String), StoreError> {
+    let secret = crate::keys::generate();
+    let rec = store::keys::insert(
+        store,
+        NewKey {
+            tenant_id: tenant_id.to_string(),
+            key_hash: secret.hash_hex,
+            key_hint: secret.hint,
+            label: label.to_string(),
+            key_class: "interactive".into(),
+            role: if manager { "manager" } else { "developer" }.into(),
+            team_id: None,
+            budget_usd: None,
+        },
+    )
+    .await?;
+    Ok((secret.secret, rec.id))
+}
+
+fn print_key(json: bool, tenant_id: &str, key_id: &str, key: &str) {
+    if json {
+        println!("{}", serde_json::json!({ "tenantId": tenant_id, "keyId": key_id, "key": key }));
+    } else {
+        println!("tenant: {tenant_id}\nkey id: {key_id}\nkey:    {key}\n(the key is shown once; store it now)");
+    }
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Serve(arg) => {
+            let cfg = match load(&arg) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let app = match crate::server::prepare(cfg) {
+                Ok(a) => a,
+                Err(e) => return fail(e),
+            };
+            let server = match crate::server::build(app.clone()) {
+                Ok(s) => s,
+                Err(e) => return fail(e),
+            };
+            let c = &app.config.listen;
+            log::info!("tollgate listening: gateway {}, management {}, metrics {}", c.gateway, c.management, c.metrics);
+            server.run_forever()
+        }
+        Command::Migrate(arg) => {
+            let cfg = match load(&arg) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match open(&cfg) {
+                Ok(_) => {
+                    eprintln!("tollgate: migrations applied");
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+        Command::Tenant { command: TenantCommand::Create { name, json, config } } => {
+            let name = name.trim().to_string();
+            if name.is_empty() {
+                return fail("--name must not be empty");
+            }
+            let result = load(&config).and_then(|cfg| open(&cfg)).and_then(|store| {
+                store::db_runtime().block_on(async {
+                    if store::tenants::by_name(&store, &name).await.map_err(fail)?.is_some() {
+                        return Err(fail(format!("a tenant named `{name}` already exists")));
+                    }
+                    let t = store::tenants::create(&store, &name).await.map_err(fail)?;
+                    let (key, key_id) = create_key(&store, &t.id, true, "tenant manager key").await.map_err(fail)?;
+                    Ok((t.id, key_id, key))
+                })
+            });
+            match result {
+                Ok((t, k, key)) => {
+                    print_key(json, &t, &k, &key);
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+        Command::Key { command: KeyCommand::Create { tenant, manager, label, json, config } } => {
+            let result = load(&config).and_then(|cfg| open(&cfg)).and_then(|store| {
+                store::db_runtime().block_on(async {
+                    if !store::tenants::exists(&store, &tenant).await.map_err(fail)? {
+                        return Err(fail(format!("no tenant with id `{tenant}`")));
+                    }
+                    create_key(&store, &tenant, manager, &label).await.map_err(fail)
+                })
+            });
+            match result {
+                Ok((key, key_id)) => {
+                    print_key(json, &tenant, &key_id, &key);
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+        Command::CheckConfig(arg) => match load(&arg) {
+            Ok(cfg) => match crate::pricing::Pricing::from_config(&cfg) {
+                Ok(_) => {
+                    let origin = arg.config.as_ref().map(|p| p.display().to_string());
+                    println!("tollgate: config OK ({})", origin.as_deref().unwrap_or("embedded defaults"));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            },
+            Err(code) => code,
+        },
+    }
+}

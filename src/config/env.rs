@@ -1,0 +1,45 @@
+//! `TOLLGATE_*` environment overrides. Each error names the variable.
+
+use super::{Config, ConfigError, ListenAddr};
+
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
+    if let Some(v) = var("TOLLGATE_DATA_DIR") {
+        cfg.storage.data_dir = v.into();
+    }
+    if let Some(v) = var("TOLLGATE_DATABASE_URL") {
+        if !(v.starts_with("sqlite:") || v.starts_with("postgres://") || v.starts_with("postgresql://")) {
+            return Err(invalid("TOLLGATE_DATABASE_URL", "must start with sqlite: or postgres://"));
+        }
+        cfg.storage.database_url = v;
+    }
+    listen(var, "TOLLGATE_GATEWAY_LISTEN", &mut cfg.listen.gateway)?;
+    listen(var, "TOLLGATE_MANAGEMENT_LISTEN", &mut cfg.listen.management)?;
+    listen(var, "TOLLGATE_METRICS_LISTEN", &mut cfg.listen.metrics)?;
+    number(var, "TOLLGATE_UPSTREAM_CONNECT_TIMEOUT_MS", &mut cfg.upstream.connect_timeout_ms)?;
+    number(var, "TOLLGATE_UPSTREAM_READ_TIMEOUT_MS", &mut cfg.upstream.read_timeout_ms)?;
+    number(var, "TOLLGATE_MAX_BODY_BYTES", &mut cfg.limits.max_body_bytes)?;
+    number(var, "TOLLGATE_THREADS", &mut cfg.server.threads)?;
+    number(var, "TOLLGATE_GRACE_PERIOD_SECONDS", &mut cfg.server.grace_period_seconds)?;
+    number(var, "TOLLGATE_SNAPSHOT_REFRESH_MS", &mut cfg.storage.snapshot_refresh_ms)?;
+    Ok(())
+}
+
+fn invalid(name: &str, msg: &str) -> ConfigError {
+    ConfigError::Invalid(format!("environment variable {name}: {msg}"))
+}
+
+fn listen(var: Lookup, name: &str, slot: &mut ListenAddr) -> Result<(), ConfigError> {
+    if let Some(v) = var(name) {
+        *slot = ListenAddr::parse(&v).map_err(|e| invalid(name, &e))?;
+    }
+    Ok(())
+}
+
+fn number<T: std::str::FromStr>(var: Lookup, name: &str, slot: &mut T) -> Result<(), ConfigError> {
+    if let Some(v) = var(name) {
+        *slot = v.trim().parse().map_err(|_| invalid(name, &format!("`{v}` is not a whole number")))?;
+    }
+    Ok(())
+}

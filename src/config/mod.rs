@@ -1,0 +1,334 @@
+//! Configuration: YAML (embedded defaults or a file) → typed, validated [`Config`], then
+//! `TOLLGATE_*` environment overrides.
+//!
+//! Validation happens while deserializing (newtypes that parse themselves, `deny_unknown_fields`),
+//! so every error carries the file, line, column and dotted field path of the offending value.
+
+mod env;
+mod types;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+pub use types::{Glob, ListenAddr, ProviderName};
+
+/// The documented defaults, embedded so `tollgate serve` runs with no file at all.
+pub const DEFAULT_YAML: &str = include_str!("../../conf/tollgate.yaml");
+/// The shipped pricing table.
+pub const PRICING_YAML: &str = include_str!("../../conf/pricing.yaml");
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerSection,
+    pub listen: ListenSection,
+    pub storage: StorageSection,
+    pub limits: LimitsSection,
+    pub upstream: UpstreamSection,
+    pub providers: ProvidersSection,
+    pub routes: Vec<RouteRule>,
+    pub pricing: BTreeMap<String, Price>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    pub threads: usize,
+    pub grace_period_seconds: u64,
+    pub graceful_shutdown_timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenSection {
+    pub gateway: ListenAddr,
+    pub management: ListenAddr,
+    pub metrics: ListenAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSection {
+    pub data_dir: PathBuf,
+    pub database_url: String,
+    pub master_key_file: String,
+    pub snapshot_refresh_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub max_body_bytes: usize,
+    pub management_max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSection {
+    pub connect_timeout_ms: u64,
+    pub read_timeout_ms: u64,
+    pub idle_pool_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProvidersSection {
+    pub openai: ProviderDefaults,
+    pub anthropic: ProviderDefaults,
+    pub bedrock: ProviderDefaults,
+    pub vertex: ProviderDefaults,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderDefaults {
+    pub base_url: String,
+    /// Anthropic's `anthropic-version` header when the client sends none.
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteRule {
+    pub model: Glob,
+    pub provider: ProviderName,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PricingFile {
+    pub source: String,
+    pub taken: String,
+    pub models: BTreeMap<String, Price>,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection { threads: 2, grace_period_seconds: 1, graceful_shutdown_timeout_seconds: 5 }
+    }
+}
+impl Default for ListenSection {
+    fn default() -> Self {
+        ListenSection {
+            gateway: ListenAddr::parse("0.0.0.0:8080").unwrap(),
+            management: ListenAddr::parse("0.0.0.0:8081").unwrap(),
+            metrics: ListenAddr::parse("127.0.0.1:9090").unwrap(),
+        }
+    }
+}
+impl Default for StorageSection {
+    fn default() -> Self {
+        StorageSection {
+            data_dir: PathBuf::from("./data"),
+            database_url: String::new(),
+            master_key_file: String::new(),
+            snapshot_refresh_ms: 2000,
+        }
+    }
+}
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection { max_body_bytes: 32 << 20, management_max_body_bytes: 16 << 20 }
+    }
+}
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        UpstreamSection { connect_timeout_ms: 10_000, read_timeout_ms: 600_000, idle_pool_seconds: 60 }
+    }
+}
+impl Default for ProvidersSection {
+    fn default() -> Self {
+        let url = |u: &str| ProviderDefaults { base_url: u.into(), version: String::new() };
+        ProvidersSection {
+            openai: url("https://api.openai.com"),
+            anthropic: ProviderDefaults {
+                base_url: "https://api.anthropic.com".into(),
+                version: "2023-06-01".into(),
+            },
+            bedrock: ProviderDefaults::default(),
+            vertex: ProviderDefaults::default(),
+        }
+    }
+}
+impl Default for Config {
+    /// The same values as the embedded `conf/tollgate.yaml` (a unit test holds them equal).
+    fn default() -> Self {
+        let route = |m: &str, p| RouteRule { model: Glob::new(m), provider: p };
+        use ProviderName::{Anthropic, OpenAi};
+        Config {
+            server: ServerSection::default(),
+            listen: ListenSection::default(),
+            storage: StorageSection::default(),
+            limits: LimitsSection::default(),
+            upstream: UpstreamSection::default(),
+            providers: ProvidersSection::default(),
+            routes: vec![
+                route("gpt-*", OpenAi),
+                route("chatgpt-*", OpenAi),
+                route("o1*", OpenAi),
+                route("o3*", OpenAi),
+                route("o4*", OpenAi),
+                route("text-embedding-*", OpenAi),
+                route("omni-moderation-*", OpenAi),
+                route("claude-*", Anthropic),
+            ],
+            pricing: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+}
+
+/// Parses YAML into `T`, naming `origin:line:column` and the dotted field path on error.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let loc = inner
+            .location()
+            .map(|l| format!("{origin}:{}:{}", l.line(), l.column()))
+            .unwrap_or_else(|| origin.to_string());
+        // serde_yaml appends its own " at line X column Y"; we already lead with it.
+        let msg = inner.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        if path.is_empty() || path == "." {
+            ConfigError::Invalid(format!("{loc}: {msg}"))
+        } else {
+            ConfigError::Invalid(format!("{loc}: field `{path}`: {msg}"))
+        }
+    })
+}
+
+impl Config {
+    /// Loads the config from `path` (or the embedded defaults) and applies the environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut cfg: Config = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?;
+                if text.trim().is_empty() {
+                    Config::default()
+                } else {
+                    parse_yaml(&text, &p.display().to_string())?
+                }
+            }
+            None => parse_yaml(DEFAULT_YAML, "<embedded conf/tollgate.yaml>")?,
+        };
+        env::apply(&mut cfg, &|k| std::env::var(k).ok())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field: &str, msg: &str| Err(ConfigError::Invalid(format!("field `{field}`: {msg}")));
+        if self.server.threads == 0 {
+            return bad("server.threads", "must be at least 1");
+        }
+        if self.limits.max_body_bytes == 0 {
+            return bad("limits.max_body_bytes", "must be greater than 0");
+        }
+        if self.upstream.connect_timeout_ms == 0 || self.upstream.read_timeout_ms == 0 {
+            return bad("upstream", "timeouts must be greater than 0");
+        }
+        for (name, p) in [("openai", &self.providers.openai), ("anthropic", &self.providers.anthropic)] {
+            if let Err(e) = crate::upstream::BaseUrl::parse(&p.base_url) {
+                return bad(&format!("providers.{name}.base_url"), &e);
+            }
+        }
+        for (model, price) in &self.pricing {
+            if !(price.input >= 0.0 && price.output >= 0.0) {
+                return bad(&format!("pricing.{model}"), "prices must be non-negative numbers");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn database_url(&self) -> String {
+        if self.storage.database_url.is_empty() {
+            format!("sqlite://{}", self.storage.data_dir.join("tollgate.db").display())
+        } else {
+            self.storage.database_url.clone()
+        }
+    }
+
+    pub fn master_key_path(&self) -> PathBuf {
+        if self.storage.master_key_file.is_empty() {
+            self.storage.data_dir.join("master.key")
+        } else {
+            PathBuf::from(&self.storage.master_key_file)
+        }
+    }
+
+    pub fn provider_defaults(&self, p: ProviderName) -> &ProviderDefaults {
+        match p {
+            ProviderName::OpenAi => &self.providers.openai,
+            ProviderName::Anthropic => &self.providers.anthropic,
+            ProviderName::Bedrock => &self.providers.bedrock,
+            ProviderName::Vertex => &self.providers.vertex,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse() {
+        let c: Config = parse_yaml(DEFAULT_YAML, "embedded").unwrap();
+        assert_eq!(c, Config::default(), "conf/tollgate.yaml and Config::default() must agree");
+        assert_eq!(c.listen.gateway.0.port(), 8080);
+        assert_eq!(c.listen.management.0.port(), 8081);
+        assert_eq!(c.listen.metrics.to_string(), "127.0.0.1:9090");
+        assert!(c.routes.iter().any(|r| r.provider == ProviderName::Anthropic));
+        let p: PricingFile = parse_yaml(PRICING_YAML, "pricing").unwrap();
+        assert!(p.models.contains_key("gpt-4o-mini"));
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let y = "listen:\n  gateway: \"nope\"\n";
+        let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
+        assert!(e.starts_with("t.yaml:2:"), "{e}");
+        assert!(e.contains("listen.gateway"), "{e}");
+
+        let y = "server:\n  threads: 2\n  colour: red\n";
+        let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
+        assert!(e.contains("t.yaml:3:") && e.contains("colour"), "{e}");
+
+        let y = "routes:\n  - { model: \"x-*\", provider: mistral }\n";
+        let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
+        assert!(e.contains("routes[0].provider") && e.contains("t.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn env_overrides_apply_and_name_the_variable() {
+        let mut c = Config::default();
+        let vars = |k: &str| match k {
+            "TOLLGATE_GATEWAY_LISTEN" => Some("127.0.0.1:1234".to_string()),
+            "TOLLGATE_MAX_BODY_BYTES" => Some("1024".to_string()),
+            _ => None,
+        };
+        env::apply(&mut c, &vars).unwrap();
+        assert_eq!(c.listen.gateway.to_string(), "127.0.0.1:1234");
+        assert_eq!(c.limits.max_body_bytes, 1024);
+        let bad = |k: &str| (k == "TOLLGATE_UPSTREAM_READ_TIMEOUT_MS").then(|| "soon".to_string());
+        let e = env::apply(&mut c, &bad).unwrap_err().to_string();
+        assert!(e.contains("TOLLGATE_UPSTREAM_READ_TIMEOUT_MS"), "{e}");
+    }
+}

@@ -1,0 +1,148 @@
+//! The one table that maps an error kind to an HTTP status and the contract's envelope.
+//!
+//! Every error that reaches a client, on either port, passes through [`ApiError::envelope`].
+//! Gateway routes reshape the same envelope for the SDK of the route ([`Flavor`]).
+
+use serde_json::json;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidRequest,
+    GuardrailBlocked,
+    Unauthorized,
+    BudgetExceeded,
+    Forbidden,
+    PolicyDenied,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    PayloadTooLarge,
+    RateLimited,
+    Internal,
+    UpstreamError,
+    NotConfigured,
+    Unavailable,
+    UpstreamTimeout,
+}
+
+impl ErrorKind {
+    pub fn status(self) -> u16 {
+        use ErrorKind::*;
+        match self {
+            InvalidRequest | GuardrailBlocked => 400,
+            Unauthorized => 401,
+            BudgetExceeded => 402,
+            Forbidden | PolicyDenied => 403,
+            NotFound => 404,
+            MethodNotAllowed => 405,
+            Conflict => 409,
+            PayloadTooLarge => 413,
+            RateLimited => 429,
+            Internal => 500,
+            UpstreamError => 502,
+            NotConfigured | Unavailable => 503,
+            UpstreamTimeout => 504,
+        }
+    }
+
+    pub fn type_name(self) -> &'static str {
+        use ErrorKind::*;
+        match self {
+            InvalidRequest => "invalid_request",
+            GuardrailBlocked => "guardrail_blocked",
+            Unauthorized => "unauthorized",
+            BudgetExceeded => "budget_exceeded",
+            Forbidden => "forbidden",
+            PolicyDenied => "policy_denied",
+            NotFound => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            Conflict => "conflict",
+            PayloadTooLarge => "payload_too_large",
+            RateLimited => "rate_limited",
+            Internal => "internal_error",
+            UpstreamError => "upstream_error",
+            NotConfigured => "not_configured",
+            Unavailable => "unavailable",
+            UpstreamTimeout => "upstream_timeout",
+        }
+    }
+}
+
+/// The shape an error body takes, chosen by the route the client called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Management API: `{"error": {type, message, code}}`.
+    Plain,
+    /// OpenAI-shaped gateway routes: adds `"param": null` so the openai SDK parses it.
+    OpenAi,
+    /// Anthropic route: `{"type": "error", "error": {...}}`, as the anthropic SDK expects.
+    Anthropic,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Seconds for `Retry-After` (429 only).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError { kind, message: message.into(), retry_after: None }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidRequest, message)
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(
+            ErrorKind::Unauthorized,
+            "missing or invalid API key: send `Authorization: Bearer tollgate_sk_...`",
+        )
+    }
+    pub fn forbidden() -> Self {
+        Self::new(ErrorKind::Forbidden, "this operation needs a manager key")
+    }
+    pub fn not_found(what: &str) -> Self {
+        Self::new(ErrorKind::NotFound, format!("{what} not found"))
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+    pub fn status(&self) -> u16 {
+        self.kind.status()
+    }
+
+    pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {
+        let mut inner = json!({
+            "type": self.kind.type_name(),
+            "message": self.message,
+            "code": self.status(),
+        });
+        match flavor {
+            Flavor::Plain => json!({ "error": inner }),
+            Flavor::OpenAi => {
+                inner["param"] = serde_json::Value::Null;
+                json!({ "error": inner })
+            }
+            Flavor::Anthropic => json!({ "type": "error", "error": inner }),
+        }
+    }
+
+    pub fn body(&self, flavor: Flavor) -> Vec<u8> {
+        serde_json::to_vec(&self.envelope(flavor)).unwrap_or_default()
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        log::error!("storage error: {e}");
+        match e {
+            crate::store::StoreError::Unavailable(_) => {
+                ApiError::new(ErrorKind::Unavailable, "the database is unavailable; retry shortly")
+            }
+            _ => ApiError::internal("internal storage error"),
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Reading the whole request body, bounded by the configured limit.
+
+use bytes::{Bytes, BytesMut};
+use pingora::proxy::Session;
+
+use crate::error::{ApiError, ErrorKind};
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(ErrorKind::PayloadTooLarge, format!("request body exceeds the limit of {limit} bytes"))
+}
+
+pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    // Refuse before reading a byte when the client says up front it is too large.
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(limit));
+    }
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > limit {
+                    return Err(too_large(limit));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(buf.freeze()),
+            Err(e) => return Err(ApiError::invalid(format!("could not read the request body: {}", e.etype().as_str()))),
+        }
+    }
+}

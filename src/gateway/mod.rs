@@ -1,0 +1,214 @@
+//! The gateway: the only `impl ProxyHttp`. Each phase delegates in a few lines.
+//!
+//! `request_filter` does the whole exchange: authenticate, read the bounded body, parse, route,
+//! run the upstream leg with our own pooled client and stream the answer back, then return
+//! `Ok(true)` ("answered"). Pingora keeps the client connection, HTTP/1.1 and HTTP/2 framing,
+//! keep-alive and shutdown; we never let it proxy a body, because it can only replay 64 KiB
+//! (DESIGN.md §2). `logging` runs for every request and records metrics.
+
+mod body;
+mod exchange;
+mod request;
+mod respond;
+mod routes;
+mod sse;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType};
+
+use crate::app::App;
+use crate::config::ProviderName;
+use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::metrics::METRICS;
+use crate::providers::{self, Usage};
+use crate::snapshot::{KeyEntry, Snapshot};
+use crate::upstream::{UpstreamClient, UpstreamError};
+pub use exchange::UpstreamOutcome;
+use routes::Route;
+
+pub struct Gateway {
+    app: Arc<App>,
+    upstream: UpstreamClient,
+}
+
+impl Gateway {
+    pub fn new(app: Arc<App>) -> Self {
+        let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config));
+        Gateway { app, upstream }
+    }
+}
+
+/// Everything one request learns on its way through, read again in `logging`.
+pub struct Ctx {
+    started: Instant,
+    snap: Arc<Snapshot>,
+    request_id: String,
+    route: Option<Route>,
+    key: Option<Arc<KeyEntry>>,
+    provider: Option<ProviderName>,
+    model: String,
+    status: u16,
+    error: Option<ErrorKind>,
+    usage: Option<Usage>,
+    cost_usd: f64,
+    upstream: UpstreamOutcome,
+}
+
+/// The presented key: `Authorization: Bearer …`, or `x-api-key` (Anthropic clients).
+fn presented_key(session: &Session) -> Option<&str> {
+    let h = &session.req_header().headers;
+    if let Some(v) = h.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        let (scheme, token) = v.trim().split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim());
+    }
+    h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+impl Gateway {
+    /// Runs one request to completion; an `Err` is answered by the caller as an envelope.
+    async fn handle(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), ApiError> {
+        let req = session.req_header();
+        let route = Route::resolve(&req.method, req.uri.path()).ok_or_else(|| {
+            ApiError::not_found(&format!("route {} {}", req.method, req.uri.path()))
+        })?;
+        ctx.route = Some(route);
+        let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        key.touch();
+        ctx.key = Some(key.clone());
+
+        let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
+        let parsed = request::parse(route, raw, &ctx.snap)?;
+        ctx.provider = Some(parsed.provider);
+        ctx.model = parsed.model.clone();
+
+        let cred = ctx.snap.provider(key.tenant_id(), parsed.provider).cloned().ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::NotConfigured,
+                format!(
+                    "provider {p} has no credentials for this tenant: set them with PUT /v1/providers/{p}",
+                    p = parsed.provider
+                ),
+            )
+        })?;
+        let api_key = cred.api_key.as_ref().ok_or_else(|| {
+            ApiError::new(ErrorKind::NotConfigured, format!("provider {} has no api_key", parsed.provider))
+        })?;
+
+        let headers = &session.req_header().headers;
+        let client_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let anthropic_version = &ctx.snap.config.providers.anthropic.version;
+        let call =
+            providers::upstream_call(parsed.provider, route.upstream_path(), api_key, &client_header, anthropic_version);
+
+        let mut edited = None;
+        let mut hide_usage_chunk = false;
+        if parsed.stream && call.dialect == providers::Dialect::OpenAi && route == Route::ChatCompletions {
+            let mut json = parsed.json;
+            hide_usage_chunk = providers::ensure_stream_usage(&mut json);
+            edited = Some(json);
+        }
+        let body = exchange::body_for_upstream(&parsed.raw, edited.as_ref());
+
+        let sent_at = Instant::now();
+        let resp = match self.upstream.send(&cred.base_url, "POST", call.path, &call.headers, body).await {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.upstream = UpstreamOutcome::from_error(&e);
+                log::warn!("request {}: {e}", ctx.request_id);
+                return Err(match e {
+                    UpstreamError::Timeout(_) => ApiError::new(
+                        ErrorKind::UpstreamTimeout,
+                        format!("{} did not answer in time", parsed.provider),
+                    ),
+                    UpstreamError::Failed(_) => ApiError::new(
+                        ErrorKind::UpstreamError,
+                        format!("could not reach {}; retry later", parsed.provider),
+                    ),
+                });
+            }
+        };
+        METRICS.upstream_latency.with_label_values(&[parsed.provider.as_str()]).observe(sent_at.elapsed().as_secs_f64());
+
+        let relayed = exchange::relay(session, resp, call.dialect, hide_usage_chunk, &ctx.request_id).await;
+        ctx.status = relayed.status;
+        ctx.upstream = relayed.outcome;
+        ctx.usage = relayed.usage;
+        if let Some(u) = relayed.usage {
+            ctx.cost_usd = ctx.snap.pricing.cost(&ctx.model, u.prompt_tokens, u.completion_tokens);
+        }
+        if relayed.client_gone {
+            log::info!("request {}: client disconnected before the answer was complete", ctx.request_id);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = Ctx;
+
+    /// Runs first for every request: pins the snapshot this request will see throughout.
+    fn new_ctx(&self) -> Ctx {
+        Ctx {
+            started: Instant::now(),
+            snap: self.app.snapshot.load(),
+            request_id: String::new(),
+            route: None,
+            key: None,
+            provider: None,
+            model: String::new(),
+            status: 0,
+            error: None,
+            usage: None,
+            cost_usd: 0.0,
+            upstream: UpstreamOutcome::Skipped,
+        }
+    }
+
+    /// Answers every request itself (always `Ok(true)`): see the module doc for why.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> pingora::Result<bool> {
+        ctx.started = Instant::now();
+        ctx.request_id = session
+            .req_header()
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+            .map(str::to_string)
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        if let Err(e) = self.handle(session, ctx).await {
+            let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
+            ctx.status = e.status();
+            ctx.error = Some(e.kind);
+            respond::error(session, &e, flavor, &ctx.request_id).await?;
+        }
+        Ok(true)
+    }
+
+    /// Never reached: `request_filter` always answers.
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> pingora::Result<Box<HttpPeer>> {
+        Err(Error::explain(ErrorType::InternalError, "the gateway does not proxy through pingora"))
+    }
+
+    /// Runs once per request after the answer, also on errors: metrics.
+    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        let route = ctx.route.map(Route::label).unwrap_or("unknown");
+        let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
+        let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };
+        METRICS.requests.with_label_values(&[route, provider, &status.to_string()]).inc();
+        METRICS.latency.with_label_values(&[route, provider]).observe(ctx.started.elapsed().as_secs_f64());
+        if let Some(kind) = ctx.error {
+            METRICS.errors.with_label_values(&[kind.type_name(), "gateway"]).inc();
+        }
+        if let Some(u) = ctx.usage {
+            METRICS.tokens.with_label_values(&[provider, &ctx.model, "prompt"]).inc_by(u.prompt_tokens);
+            METRICS.tokens.with_label_values(&[provider, &ctx.model, "completion"]).inc_by(u.completion_tokens);
+            METRICS.cost.with_label_values(&[provider, &ctx.model]).inc_by(ctx.cost_usd);
+        }
+    }
+}

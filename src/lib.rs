@@ -1,0 +1,48 @@
+//! Tollgate: a multi-tenant AI governance and observability gateway on Pingora.
+//!
+//! # Life of a request
+//!
+//! ```text
+//! client ─► gateway listener (Pingora proxy service, `gateway`)
+//!   new_ctx ........ pin one Snapshot (keys, credentials, routes, prices) via ArcSwap
+//!   request_filter . route (path) → key lookup by SHA-256 in the snapshot (401)
+//!                    → bounded body read (413) → parse and validate (400) → pick provider
+//!                    → provider adapter builds the upstream request (client key stripped,
+//!                      provider credential injected) → our pooled upstream leg → answer
+//!                      streamed back chunk by chunk (SSE split per event, usage read)
+//!   logging ........ metrics (requests, latency, tokens, cost, errors)
+//! management listener (Pingora HTTP app, `management`) ── /v1/*, /status
+//! metrics listener (Pingora Prometheus service) ── /metrics
+//! background ── snapshot refresh (other processes' changes) and key last-use flush
+//! ```
+//!
+//! The gateway reads the whole body before it chooses an upstream, so it runs the upstream
+//! leg itself (`upstream`) rather than letting pingora-proxy replay the body from its 64 KiB
+//! retry buffer: one code path for every body size. See `docs/architecture.md`.
+//!
+//! # Modules
+//! - `cli`, `server`, `app`: the process, its services and shared state
+//! - `config`: YAML → validated config, env overrides; `pricing`: price table
+//! - `snapshot`: the hot path's immutable view; `keys`: virtual key secrets
+//! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
+//! - `providers`: per-provider request building, usage reading, stored credentials
+//! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
+//! - `error`: the one table from error kind to status and envelope; `metrics`: Prometheus
+//! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod gateway;
+pub mod keys;
+pub mod management;
+pub mod metrics;
+pub mod pricing;
+pub mod providers;
+pub mod sealing;
+pub mod secret;
+pub mod server;
+pub mod snapshot;
+pub mod store;
+pub mod upstream;

@@ -1,0 +1,65 @@
+//! Prometheus metrics (`tollgate_` prefix) in the process-wide default registry, which the
+//! Pingora Prometheus service serves. Registered once per process.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_counter_vec, register_histogram_vec, register_int_counter_vec, CounterVec, HistogramVec,
+    IntCounterVec,
+};
+
+pub struct Metrics {
+    pub requests: IntCounterVec,
+    pub latency: HistogramVec,
+    pub upstream_latency: HistogramVec,
+    pub tokens: IntCounterVec,
+    pub cost: CounterVec,
+    pub errors: IntCounterVec,
+    pub management_requests: IntCounterVec,
+}
+
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    requests: register_int_counter_vec!(
+        "tollgate_requests_total",
+        "Gateway requests by route, provider and HTTP status",
+        &["route", "provider", "status"]
+    )
+    .expect("register tollgate_requests_total"),
+    latency: register_histogram_vec!(
+        "tollgate_request_duration_seconds",
+        "Gateway request latency, first byte in to last byte out",
+        &["route", "provider"],
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("register tollgate_request_duration_seconds"),
+    upstream_latency: register_histogram_vec!(
+        "tollgate_upstream_header_seconds",
+        "Time from sending the upstream request to its response header",
+        &["provider"],
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("register tollgate_upstream_header_seconds"),
+    tokens: register_int_counter_vec!(
+        "tollgate_tokens_total",
+        "Tokens by provider, model and direction (prompt|completion)",
+        &["provider", "model", "direction"]
+    )
+    .expect("register tollgate_tokens_total"),
+    cost: register_counter_vec!("tollgate_cost_usd_total", "Cost in USD by provider and model", &["provider", "model"])
+        .expect("register tollgate_cost_usd_total"),
+    errors: register_int_counter_vec!(
+        "tollgate_errors_total",
+        "Errors answered, by error type and port",
+        &["type", "port"]
+    )
+    .expect("register tollgate_errors_total"),
+    management_requests: register_int_counter_vec!(
+        "tollgate_management_requests_total",
+        "Management API requests by method and status",
+        &["method", "status"]
+    )
+    .expect("register tollgate_management_requests_total"),
+});

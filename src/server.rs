@@ -1,0 +1,158 @@
+//! Builds the one Pingora `Server` and its services: gateway, management, metrics, background.
+
+use std::net::TcpListener;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{Server, ShutdownWatch};
+use pingora::services::background::{background_service, BackgroundService};
+use pingora::services::listening::Service;
+
+use crate::app::App;
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::management::ManagementApp;
+use crate::pricing::Pricing;
+use crate::sealing::MasterKey;
+use crate::snapshot::{Snapshot, SnapshotHandle};
+use crate::store::{self, Store};
+use crate::upstream::UpstreamClient;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("{0}")]
+    Seal(#[from] crate::sealing::SealError),
+    #[error("cannot listen on {addr} ({what}): {err}")]
+    Listen { addr: String, what: &'static str, err: std::io::Error },
+    #[error("pingora: {0}")]
+    Pingora(String),
+}
+
+/// Connects, migrates, opens secrets and builds the first snapshot: everything `serve` needs
+/// before it listens. Database work runs on the database runtime.
+pub fn prepare(cfg: Config) -> Result<Arc<App>, StartError> {
+    let cfg = Arc::new(cfg);
+    let rt = store::db_runtime();
+    let store = rt.block_on(Store::connect(&cfg.database_url()))?;
+    rt.block_on(store.migrate())?;
+    rt.block_on(bootstrap_first_tenant(&store))?;
+    let master = Arc::new(MasterKey::load(std::env::var("TOLLGATE_MASTER_KEY").ok().as_deref(), &cfg.master_key_path())?);
+    let pricing = Arc::new(Pricing::from_config(&cfg)?);
+    let snapshot = Arc::new(SnapshotHandle::new(Snapshot::empty(cfg.clone(), pricing), store.clone(), master.clone()));
+    rt.block_on(snapshot.rebuild())?;
+    Ok(Arc::new(App {
+        upstream: UpstreamClient::new(App::upstream_timeouts(&cfg)),
+        config: cfg,
+        store,
+        snapshot,
+        master,
+        started: Instant::now(),
+    }))
+}
+
+/// On an empty database: tenant `default` and one manager key, printed once to stderr.
+async fn bootstrap_first_tenant(store: &Store) -> Result<(), StartError> {
+    if store::tenants::count(store).await? > 0 {
+        return Ok(());
+    }
+    let tenant = store::tenants::create(store, "default").await?;
+    let key = crate::cli::create_key(store, &tenant.id, true, "bootstrap manager key").await?;
+    eprintln!(
+        "tollgate: first start: created tenant `default` ({}) and a manager key.\n\
+         tollgate: manager key (shown once, store it now): {}",
+        tenant.id, key.0
+    );
+    Ok(())
+}
+
+/// Fails fast with a clear message instead of Pingora's 30 bind retries and a panic.
+fn check_port(addr: &crate::config::ListenAddr, what: &'static str) -> Result<(), StartError> {
+    TcpListener::bind(addr.0).map(drop).map_err(|err| StartError::Listen { addr: addr.to_string(), what, err })
+}
+
+pub fn build(app: Arc<App>) -> Result<Server, StartError> {
+    let cfg = app.config.clone();
+    check_port(&cfg.listen.gateway, "gateway")?;
+    check_port(&cfg.listen.management, "management")?;
+    check_port(&cfg.listen.metrics, "metrics")?;
+
+    let data = cfg.storage.data_dir.display().to_string();
+    let conf = ServerConf {
+        threads: cfg.server.threads,
+        grace_period_seconds: Some(cfg.server.grace_period_seconds),
+        graceful_shutdown_timeout_seconds: Some(cfg.server.graceful_shutdown_timeout_seconds),
+        pid_file: format!("{data}/tollgate.pid"),
+        upgrade_sock: format!("{data}/tollgate_upgrade.sock"),
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let mut gateway = pingora::proxy::http_proxy_service(&server.configuration, Gateway::new(app.clone()));
+    gateway.add_tcp(&cfg.listen.gateway.to_string());
+    server.add_service(gateway);
+
+    let mut mgmt = Service::new("management".to_string(), ManagementApp::new(app.clone()));
+    mgmt.add_tcp(&cfg.listen.management.to_string());
+    server.add_service(mgmt);
+
+    let mut prom = pingora_prometheus::prometheus_http_service();
+    prom.add_tcp(&cfg.listen.metrics.to_string());
+    server.add_service(prom);
+
+    server.add_service(background_service("snapshot refresh", Refresher { app }));
+    Ok(server)
+}
+
+/// Re-reads keys and credentials (changes made by other processes sharing the database) and
+/// flushes keys' last-use times.
+struct Refresher {
+    app: Arc<App>,
+}
+
+impl Refresher {
+    async fn tick(&self) {
+        if let Err(e) = self.app.snapshot.rebuild().await {
+            log::warn!("snapshot refresh failed, keeping the current one: {e}");
+        }
+        let snap = self.app.snapshot.load();
+        let mut used = Vec::new();
+        for k in snap.keys() {
+            let last = k.state.last_used_ms.load(Ordering::Relaxed);
+            if last > k.state.flushed_ms.load(Ordering::Relaxed) {
+                k.state.flushed_ms.store(last, Ordering::Relaxed);
+                if let Some(t) = chrono::DateTime::from_timestamp_millis(last) {
+                    used.push((k.record.id.clone(), t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()));
+                }
+            }
+        }
+        if let Err(e) = store::keys::touch(&self.app.store, used).await {
+            log::warn!("recording key last use failed: {e}");
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Refresher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let period = Duration::from_millis(self.app.config.storage.snapshot_refresh_ms.max(100));
+        let mut timer = tokio::time::interval(period);
+        timer.tick().await;
+        loop {
+            tokio::select! {
+                _ = timer.tick() => self.tick().await,
+                _ = shutdown.changed() => {
+                    self.tick().await;
+                    return;
+                }
+            }
+        }
+    }
+}

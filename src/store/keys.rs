@@ -1,0 +1,213 @@
+//! Virtual key rows. The secret itself is never stored: only its SHA-256.
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{now_ts, Store, StoreError};
+
+/// A key as the management API shows it (the secret is never part of it).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRecord {
+    pub id: String,
+    #[serde(skip)]
+    pub tenant_id: String,
+    #[serde(skip)]
+    pub key_hash: String,
+    pub label: String,
+    pub key_class: String,
+    pub role: String,
+    pub team_id: Option<String>,
+    pub budget_usd: Option<f64>,
+    pub spent_usd: f64,
+    pub rpm_limit: Option<i64>,
+    pub tpm_limit: Option<i64>,
+    pub key_hint: String,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+}
+
+const COLUMNS: &str = "id, tenant_id, key_hash, label, key_class, role, team_id, budget_usd, \
+     spent_usd, rpm_limit, tpm_limit, key_hint, created_at, last_used_at";
+
+fn from_row(r: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
+    Ok(KeyRecord {
+        id: r.try_get("id")?,
+        tenant_id: r.try_get("tenant_id")?,
+        key_hash: r.try_get("key_hash")?,
+        label: r.try_get("label")?,
+        key_class: r.try_get("key_class")?,
+        role: r.try_get("role")?,
+        team_id: r.try_get("team_id")?,
+        budget_usd: r.try_get("budget_usd")?,
+        spent_usd: r.try_get("spent_usd")?,
+        rpm_limit: r.try_get("rpm_limit")?,
+        tpm_limit: r.try_get("tpm_limit")?,
+        key_hint: r.try_get("key_hint")?,
+        created_at: r.try_get("created_at")?,
+        last_used_at: r.try_get("last_used_at")?,
+    })
+}
+
+pub struct NewKey {
+    pub tenant_id: String,
+    pub key_hash: String,
+    pub key_hint: String,
+    pub label: String,
+    pub key_class: String,
+    pub role: String,
+    pub team_id: Option<String>,
+    pub budget_usd: Option<f64>,
+}
+
+pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
+    let rec = KeyRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        tenant_id: k.tenant_id,
+        key_hash: k.key_hash,
+        label: k.label,
+        key_class: k.key_class,
+        role: k.role,
+        team_id: k.team_id,
+        budget_usd: k.budget_usd,
+        spent_usd: 0.0,
+        rpm_limit: None,
+        tpm_limit: None,
+        key_hint: k.key_hint,
+        created_at: now_ts(),
+        last_used_at: None,
+    };
+    let r = rec.clone();
+    store
+        .run(|pool, _| async move {
+            sqlx::query(
+                "INSERT INTO api_keys (id, tenant_id, key_hash, key_hint, label, key_class, role, \
+                 team_id, budget_usd, spent_usd, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10)",
+            )
+            .bind(r.id)
+            .bind(r.tenant_id)
+            .bind(r.key_hash)
+            .bind(r.key_hint)
+            .bind(r.label)
+            .bind(r.key_class)
+            .bind(r.role)
+            .bind(r.team_id)
+            .bind(r.budget_usd)
+            .bind(r.created_at)
+            .execute(&pool)
+            .await?;
+            Ok(())
+        })
+        .await?;
+    Ok(rec)
+}
+
+/// Every live key of every tenant: the source of the in-memory snapshot.
+pub async fn all_active(store: &Store) -> Result<Vec<KeyRecord>, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let sql = format!("SELECT {COLUMNS} FROM api_keys WHERE revoked_at IS NULL");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// A page of a tenant's live keys in creation order; `only` restricts to one key id.
+pub async fn list(
+    store: &Store,
+    tenant_id: &str,
+    only: Option<&str>,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<KeyRecord>, StoreError> {
+    let (t, only, after) = (tenant_id.to_string(), only.map(str::to_string), after.map(str::to_string));
+    store
+        .run(|pool, _| async move {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL \
+                 AND (CAST($2 AS TEXT) IS NULL OR id = $2) AND (CAST($3 AS TEXT) IS NULL OR id > $3) ORDER BY id LIMIT $4"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(only).bind(after).bind(limit).fetch_all(&pool).await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// Revokes a live key of the tenant; false when there is none (unknown, other tenant, revoked).
+pub async fn revoke(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
+    let (t, id) = (tenant_id.to_string(), id.to_string());
+    store
+        .run(|pool, _| async move {
+            let done = sqlx::query(
+                "UPDATE api_keys SET revoked_at = $1 WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
+            )
+            .bind(now_ts())
+            .bind(t)
+            .bind(id)
+            .execute(&pool)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+}
+
+/// Sets the limits given (None leaves a field unchanged; Some(None) clears it).
+pub async fn set_limits(
+    store: &Store,
+    tenant_id: &str,
+    id: &str,
+    rpm: Option<Option<i64>>,
+    tpm: Option<Option<i64>>,
+) -> Result<Option<KeyRecord>, StoreError> {
+    let (t, id) = (tenant_id.to_string(), id.to_string());
+    store
+        .run(|pool, _| async move {
+            let mut tx = pool.begin().await?;
+            let sql = format!(
+                "SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL"
+            );
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await? else {
+                return Ok(None);
+            };
+            let mut rec = from_row(&row)?;
+            if let Some(v) = rpm {
+                rec.rpm_limit = v;
+            }
+            if let Some(v) = tpm {
+                rec.tpm_limit = v;
+            }
+            sqlx::query("UPDATE api_keys SET rpm_limit = $1, tpm_limit = $2 WHERE id = $3")
+                .bind(rec.rpm_limit)
+                .bind(rec.tpm_limit)
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Some(rec))
+        })
+        .await
+}
+
+/// Records last use for a batch of keys (flushed from memory by a background task).
+pub async fn touch(store: &Store, used: Vec<(String, String)>) -> Result<(), StoreError> {
+    if used.is_empty() {
+        return Ok(());
+    }
+    store
+        .run(|pool, _| async move {
+            let mut tx = pool.begin().await?;
+            for (id, ts) in used {
+                sqlx::query("UPDATE api_keys SET last_used_at = $1 WHERE id = $2")
+                    .bind(ts)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+}

@@ -1,0 +1,176 @@
+//! Storage: one sqlx `AnyPool` over SQLite (embedded default, WAL) or PostgreSQL.
+//!
+//! Queries are runtime queries (`query`/`query_as` with `$n` binds, which both backends accept),
+//! one function per query in the submodule of the resource it serves.
+//!
+//! Pingora gives each service its own tokio runtime. A pooled PostgreSQL connection belongs to
+//! the reactor of the runtime that opened it, so all database work runs on one dedicated runtime
+//! that lives as long as the process ([`Store::run`]); callers on any service runtime await it.
+
+pub mod keys;
+pub mod providers;
+pub mod tenants;
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error: {0}")]
+    Query(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Other(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The process-wide runtime that owns every database connection.
+pub fn db_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tollgate-db")
+            .enable_all()
+            .build()
+            .expect("cannot start the database runtime")
+    })
+}
+
+impl Store {
+    /// Connects (creating the SQLite file and its directory when needed). Runs on the db runtime.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let url = url.to_string();
+        spawn_db(async move { Self::connect_inner(&url).await }).await
+    }
+
+    async fn connect_inner(url: &str) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") { Backend::Sqlite } else { Backend::Postgres };
+        let mut url = url.to_string();
+        if backend == Backend::Sqlite {
+            let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+            let path = path.split('?').next().unwrap_or(path).to_string();
+            if let Some(dir) = std::path::Path::new(&path).parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+                    })?;
+                }
+            }
+            if !url.contains("mode=") && !url.contains(":memory:") {
+                url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+            }
+        }
+        let opts = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 10 })
+            .acquire_timeout(Duration::from_secs(5))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // WAL lets readers run beside the one writer; busy_timeout waits out
+                        // the writer instead of failing with SQLITE_BUSY.
+                        for pragma in [
+                            "PRAGMA journal_mode=WAL",
+                            "PRAGMA synchronous=NORMAL",
+                            "PRAGMA busy_timeout=10000",
+                            "PRAGMA foreign_keys=ON",
+                        ] {
+                            sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            });
+        let pool = opts
+            .connect(&url)
+            .await
+            .map_err(|e| StoreError::Unavailable(redact_url(&url, &e.to_string())))?;
+        Ok(Store { pool, backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.run(|pool, backend| async move {
+            let m = match backend {
+                Backend::Sqlite => &SQLITE_MIGRATIONS,
+                Backend::Postgres => &POSTGRES_MIGRATIONS,
+            };
+            m.run(&pool).await.map_err(StoreError::from)
+        })
+        .await
+    }
+
+    /// Runs database work on the database runtime and awaits its result from any runtime.
+    pub async fn run<F, Fut, T>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(AnyPool, Backend) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        spawn_db(f(self.pool.clone(), self.backend)).await
+    }
+
+    /// A cheap liveness probe for `/status`.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.run(|pool, _| async move {
+            sqlx::query("SELECT 1").execute(&pool).await?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+async fn spawn_db<Fut, T>(fut: Fut) -> Result<T, StoreError>
+where
+    Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    T: Send + 'static,
+{
+    db_runtime()
+        .spawn(fut)
+        .await
+        .map_err(|e| StoreError::Other(format!("database task failed: {e}")))?
+}
+
+/// Connection errors may quote the URL; never let a password through to a log.
+fn redact_url(url: &str, msg: &str) -> String {
+    let mut out = msg.to_string();
+    if let Some(at) = url.find('@') {
+        if let Some(scheme_end) = url.find("://") {
+            let creds = &url[scheme_end + 3..at];
+            if !creds.is_empty() {
+                out = out.replace(creds, "***");
+            }
+        }
+    }
+    out
+}
+
+/// Now as RFC 3339 UTC with milliseconds: the one timestamp format of the database.
+pub fn now_ts() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}

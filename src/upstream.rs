@@ -1,0 +1,250 @@
+//! The upstream HTTP client: Pingora's pooled `Connector`, driven by us.
+//!
+//! The gateway reads the whole request body before it picks a provider (DESIGN.md §2), so it
+//! runs the upstream leg itself with this client instead of letting pingora-proxy replay a
+//! body from its 64 KiB retry buffer. The management API uses the same client for provider tests.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use pingora::connectors::http::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::client::HttpSession;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType};
+
+/// A provider base URL: scheme, host, port and an optional path prefix (no trailing `/v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseUrl {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    pub prefix: String,
+}
+
+impl BaseUrl {
+    pub fn parse(s: &str) -> Result<BaseUrl, String> {
+        let uri: http::Uri = s.trim().parse().map_err(|_| format!("`{s}` is not a URL"))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(format!("`{s}` must start with http:// or https://")),
+        };
+        let host = uri.host().ok_or_else(|| format!("`{s}` has no host"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        if uri.query().is_some() {
+            return Err(format!("`{s}` must not have a query string"));
+        }
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        // Clients often paste the SDK-style base (".../v1"); routes already start with /v1.
+        let mut prefix = uri.path().trim_end_matches('/').to_string();
+        if prefix.ends_with("/v1") {
+            prefix.truncate(prefix.len() - 3);
+        }
+        Ok(BaseUrl { tls, host, port, prefix })
+    }
+
+    /// The `Host` header value.
+    pub fn authority(&self) -> String {
+        let default = if self.tls { 443 } else { 80 };
+        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub read: Duration,
+    pub idle_pool: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream timed out: {0}")]
+    Timeout(String),
+    #[error("upstream failed: {0}")]
+    Failed(String),
+}
+
+impl UpstreamError {
+    fn from_pingora(e: &Error, during: &str) -> Self {
+        let text = format!("{during}: {}", e.etype().as_str());
+        match e.etype() {
+            ErrorType::ConnectTimedout
+            | ErrorType::ReadTimedout
+            | ErrorType::WriteTimedout
+            | ErrorType::TLSHandshakeTimedout => UpstreamError::Timeout(text),
+            _ => UpstreamError::Failed(text),
+        }
+    }
+}
+
+pub struct UpstreamClient {
+    connector: Connector,
+    resolved: RwLock<HashMap<(String, u16), (SocketAddr, Instant)>>,
+    pub timeouts: Timeouts,
+}
+
+const DNS_TTL: Duration = Duration::from_secs(60);
+
+impl UpstreamClient {
+    pub fn new(timeouts: Timeouts) -> Self {
+        UpstreamClient { connector: Connector::new(None), resolved: RwLock::new(HashMap::new()), timeouts }
+    }
+
+    /// Resolves without blocking (HttpPeer::new would block and panic on failure), cached.
+    async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, UpstreamError> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(SocketAddr::new(ip, port));
+        }
+        let key = (host.to_string(), port);
+        if let Some((addr, at)) = self.resolved.read().ok().and_then(|m| m.get(&key).copied()) {
+            if at.elapsed() < DNS_TTL {
+                return Ok(addr);
+            }
+        }
+        let addr = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| UpstreamError::Failed(format!("cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| UpstreamError::Failed(format!("{host} has no address")))?;
+        if let Ok(mut m) = self.resolved.write() {
+            m.insert(key, (addr, Instant::now()));
+        }
+        Ok(addr)
+    }
+
+    async fn peer(&self, base: &BaseUrl) -> Result<HttpPeer, UpstreamError> {
+        let addr = self.resolve(&base.host, base.port).await?;
+        let mut peer = HttpPeer::new(addr, base.tls, base.host.clone());
+        peer.options.connection_timeout = Some(self.timeouts.connect);
+        peer.options.total_connection_timeout = Some(self.timeouts.connect);
+        peer.options.read_timeout = Some(self.timeouts.read);
+        peer.options.write_timeout = Some(self.timeouts.read);
+        peer.options.idle_timeout = Some(self.timeouts.idle_pool);
+        Ok(peer)
+    }
+
+    /// Sends one request and returns once the response header has arrived.
+    pub async fn send(
+        &self,
+        base: &BaseUrl,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> Result<UpstreamResponse<'_>, UpstreamError> {
+        let peer = self.peer(base).await?;
+        let full_path = format!("{}{}", base.prefix, path);
+        let mut req = RequestHeader::build(method, full_path.as_bytes(), None)
+            .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
+        let set = |req: &mut RequestHeader, k: &str, v: String| {
+            req.insert_header(k.to_string(), v)
+                .map_err(|_| UpstreamError::Failed(format!("invalid value for header {k}")))
+        };
+        set(&mut req, "host", base.authority())?;
+        for (k, v) in headers {
+            set(&mut req, k, v.clone())?;
+        }
+        if method != "GET" || !body.is_empty() {
+            set(&mut req, "content-length", body.len().to_string())?;
+        }
+
+        let (mut session, reused) = self
+            .connector
+            .get_http_session(&peer)
+            .await
+            .map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
+        let sent = async {
+            session.write_request_header(Box::new(req)).await?;
+            if !body.is_empty() {
+                session.write_request_body(body, true).await?;
+            }
+            session.finish_request_body().await?;
+            session.read_response_header().await
+        }
+        .await;
+        if let Err(e) = sent {
+            // A pooled connection the server already closed: not the provider's failure.
+            let hint = if reused { "request on reused connection" } else { "request" };
+            return Err(UpstreamError::from_pingora(&e, hint));
+        }
+        let header = session
+            .response_header()
+            .cloned()
+            .ok_or_else(|| UpstreamError::Failed("no response header".into()))?;
+        Ok(UpstreamResponse { client: self, session: Some(session), peer, header, done: false })
+    }
+}
+
+pub struct UpstreamResponse<'a> {
+    client: &'a UpstreamClient,
+    session: Option<HttpSession>,
+    peer: HttpPeer,
+    pub header: ResponseHeader,
+    done: bool,
+}
+
+impl UpstreamResponse<'_> {
+    /// The next body chunk; `None` at the end of the body.
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        let Some(s) = self.session.as_mut() else { return Ok(None) };
+        match s.read_response_body().await {
+            Ok(Some(b)) => Ok(Some(b)),
+            Ok(None) => {
+                self.done = true;
+                Ok(None)
+            }
+            Err(e) => Err(UpstreamError::from_pingora(&e, "reading response body")),
+        }
+    }
+
+    /// Reads the whole body, up to `limit` bytes.
+    pub async fn read_all(&mut self, limit: usize) -> Result<Bytes, UpstreamError> {
+        let mut buf = bytes::BytesMut::new();
+        while let Some(c) = self.next_chunk().await? {
+            if buf.len() + c.len() > limit {
+                return Err(UpstreamError::Failed(format!("response larger than {limit} bytes")));
+            }
+            buf.extend_from_slice(&c);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Returns a fully read connection to the pool; an unfinished one is dropped (closed).
+    pub async fn release(mut self) {
+        if let Some(s) = self.session.take() {
+            if self.done {
+                let idle = Some(self.client.timeouts.idle_pool);
+                self.client.connector.release_http_session(s, &self.peer, idle).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls() {
+        let b = BaseUrl::parse("https://api.openai.com").unwrap();
+        assert_eq!((b.tls, b.host.as_str(), b.port, b.prefix.as_str()), (true, "api.openai.com", 443, ""));
+        assert_eq!(b.authority(), "api.openai.com");
+        let b = BaseUrl::parse("http://127.0.0.1:9000/v1/").unwrap();
+        assert_eq!((b.tls, b.port, b.prefix.as_str()), (false, 9000, ""));
+        assert_eq!(b.authority(), "127.0.0.1:9000");
+        let b = BaseUrl::parse("https://gw.example.com/openai/v1").unwrap();
+        assert_eq!(b.prefix, "/openai");
+        assert!(BaseUrl::parse("ftp://x").is_err());
+        assert!(BaseUrl::parse("not a url").is_err());
+    }
+}
