@@ -1,0 +1,276 @@
+//! Test support: the built `tollgate` binary on free ports, a stand-in upstream, a raw HTTP
+//! client, and the list of database backends every scenario runs on.
+#![allow(dead_code)]
+
+pub mod http;
+pub mod standin;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub use self::http::Resp;
+#[allow(unused_imports)]
+pub use standin::Standin;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Where a scenario keeps its data.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Sqlite,
+    /// A fresh PostgreSQL database made for this run.
+    Postgres(String),
+}
+
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn pg_required() -> bool {
+    std::env::var("TOLLGATE_REQUIRE_POSTGRES").is_ok_and(|v| v == "1")
+}
+
+/// Makes a new, empty PostgreSQL database, or None (with a printed reason) when there is no
+/// server and the CI variable does not make it mandatory.
+pub fn fresh_postgres() -> Option<String> {
+    let name = format!("tollgate_test_{}", uuid::Uuid::new_v4().simple());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let made: Result<(), String> = rt.block_on(async {
+        use sqlx::Executor;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect(PG_ADMIN)
+            .await
+            .map_err(|e| e.to_string())?;
+        pool.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).await.map_err(|e| e.to_string())?;
+        pool.close().await;
+        Ok(())
+    });
+    match made {
+        Ok(()) => Some(format!("postgres://postgres@127.0.0.1:5432/{name}")),
+        Err(e) if pg_required() => panic!("PostgreSQL is required (TOLLGATE_REQUIRE_POSTGRES=1) but unavailable: {e}"),
+        Err(e) => {
+            eprintln!("skipping PostgreSQL scenario: no server at 127.0.0.1:5432 ({e})");
+            None
+        }
+    }
+}
+
+/// SQLite always; PostgreSQL when a server is there (mandatory in CI).
+pub fn backends() -> Vec<Backend> {
+    let mut v = vec![Backend::Sqlite];
+    if let Some(url) = fresh_postgres() {
+        v.push(Backend::Postgres(url));
+    }
+    v
+}
+
+pub struct Gateway {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub gw: SocketAddr,
+    pub mgmt: SocketAddr,
+    pub metrics: SocketAddr,
+    env: Vec<(String, String)>,
+    /// Manager key of the tenant made before start.
+    pub key: String,
+    pub tenant_id: String,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tollgate")
+}
+
+impl Gateway {
+    /// Creates a tenant with the CLI, then starts `tollgate serve` on free ports.
+    pub fn start(backend: &Backend, extra_env: &[(&str, &str)]) -> Gateway {
+        Self::start_with(backend, extra_env, true)
+    }
+
+    /// `with_tenant = false` starts on an empty database (the first-start bootstrap path).
+    pub fn start_with(backend: &Backend, extra_env: &[(&str, &str)], with_tenant: bool) -> Gateway {
+        let dir = std::env::temp_dir().join(format!("tollgate-test-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut g = Gateway {
+            child: None,
+            dir: dir.clone(),
+            gw: "127.0.0.1:1".parse().unwrap(),
+            mgmt: "127.0.0.1:1".parse().unwrap(),
+            metrics: "127.0.0.1:1".parse().unwrap(),
+            env: vec![("TOLLGATE_DATA_DIR".into(), dir.display().to_string()), ("TOLLGATE_LOG".into(), "info".into())],
+            key: String::new(),
+            tenant_id: String::new(),
+        };
+        if let Backend::Postgres(url) = backend {
+            g.env.push(("TOLLGATE_DATABASE_URL".into(), url.clone()));
+        }
+        for (k, v) in extra_env {
+            g.env.push((k.to_string(), v.to_string()));
+        }
+        if with_tenant {
+            let (tenant, key) = g.create_tenant("acme");
+            g.tenant_id = tenant;
+            g.key = key;
+        }
+        g.spawn();
+        g
+    }
+
+    /// Starts the server (again) on fresh ports, retrying if a port was taken meanwhile.
+    pub fn spawn(&mut self) {
+        for attempt in 0..3 {
+            self.gw = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            self.mgmt = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            self.metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let log = std::fs::File::create(self.dir.join(format!("serve-{attempt}.log"))).unwrap();
+            let child = Command::new(bin())
+                .arg("serve")
+                .envs(self.env.iter().cloned())
+                .env("TOLLGATE_GATEWAY_LISTEN", self.gw.to_string())
+                .env("TOLLGATE_MANAGEMENT_LISTEN", self.mgmt.to_string())
+                .env("TOLLGATE_METRICS_LISTEN", self.metrics.to_string())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            self.child = Some(child);
+            if self.wait_ready() {
+                return;
+            }
+        }
+        panic!("tollgate did not start; logs in {}", self.dir.display());
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return false;
+            }
+            if TcpStream::connect(self.mgmt).is_ok() && TcpStream::connect(self.gw).is_ok() {
+                let r = http::request(self.mgmt, "GET", "/status", &[], b"");
+                if r.status == 200 {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc_kill(c.id() as i32, 15) };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for e in std::fs::read_dir(&self.dir).unwrap().flatten() {
+            if e.file_name().to_string_lossy().starts_with("serve-") {
+                out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+        out
+    }
+
+    /// Runs the CLI against the same data (same env).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin()).args(args).envs(self.env.iter().cloned()).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// A new tenant and its manager key, through `tollgate tenant create --json`.
+    pub fn create_tenant(&self, name: &str) -> (String, String) {
+        let out = self.cli(&["tenant", "create", "--name", name, "--json"]);
+        assert!(out.status.success(), "tenant create failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+        (v["tenantId"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
+    }
+
+    pub fn mgmt(&self, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let mut h: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
+        if let Some(a) = &auth {
+            h.push(("Authorization", a));
+        }
+        let b = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
+        http::request(self.mgmt, method, path, &h, &b)
+    }
+
+    pub fn mgmt_raw(&self, method: &str, path: &str, key: &str, body: &[u8]) -> Resp {
+        let auth = format!("Bearer {key}");
+        http::request(self.mgmt, method, path, &[("Content-Type", "application/json"), ("Authorization", &auth)], body)
+    }
+
+    pub fn post_gw(&self, path: &str, key: &str, body: &[u8]) -> Resp {
+        let auth = format!("Bearer {key}");
+        http::request(self.gw, "POST", path, &[("Content-Type", "application/json"), ("Authorization", &auth)], body)
+    }
+
+    pub fn set_provider(&self, key: &str, provider: &str, base_url: &str, api_key: &str) {
+        let r = self.mgmt(
+            "PUT",
+            &format!("/v1/providers/{provider}"),
+            Some(key),
+            Some(&serde_json::json!({"api_key": api_key, "base_url": base_url})),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    /// Sum of a Prometheus sample family filtered by label fragments, e.g.
+    /// `metric("tollgate_tokens_total", &["model=\"gpt-4o-mini\"", "direction=\"prompt\""])`.
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let r = http::request(self.metrics, "GET", "/metrics", &[], b"");
+        r.text()
+            .lines()
+            .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' ')))
+            .filter(|l| labels.iter().all(|f| l.contains(f)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// Drops a database made by [`fresh_postgres`].
+pub fn drop_postgres(url: &str) {
+    let Some(name) = url.rsplit('/').next().filter(|n| n.starts_with("tollgate_test_")) else { return };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use sqlx::Executor;
+        if let Ok(pool) = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(PG_ADMIN).await {
+            let _ = pool.execute(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).await;
+        }
+    });
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some((_, url)) = self.env.iter().find(|(k, _)| k == "TOLLGATE_DATABASE_URL") {
+            drop_postgres(url);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("--- tollgate logs ({}) ---\n{}", self.dir.display(), self.logs());
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

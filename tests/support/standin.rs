@@ -1,0 +1,220 @@
+//! A stand-in provider upstream on a real socket. It records every request byte for byte and
+//! answers like OpenAI or Anthropic would. Behaviour is chosen by the request:
+//! - model `gpt-hang`: never answers (for upstream timeouts);
+//! - model `gpt-fail`: HTTP 500 with an OpenAI error body;
+//! - `"stream": true`: SSE; when the stand-in is gated, it sends the first event, then waits
+//!   for [`Standin::release`] before the rest (to prove the gateway does not buffer).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+pub struct Standin {
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<Recorded>>>,
+    gate: Arc<Semaphore>,
+    gated: Arc<std::sync::atomic::AtomicBool>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Standin {
+    pub fn start() -> Standin {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Semaphore::new(0));
+        let gated = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (l, g, gd) = (log.clone(), gate.clone(), gated.clone());
+        rt.spawn(async move {
+            loop {
+                let Ok((sock, _)) = listener.accept().await else { return };
+                let (l, g, gd) = (l.clone(), g.clone(), gd.clone());
+                tokio::spawn(async move {
+                    let _ = serve_conn(sock, l, g, gd).await;
+                });
+            }
+        });
+        Standin { addr, log, gate, gated, _rt: rt }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    /// From now on, streams pause after their first event until [`Standin::release`].
+    pub fn gate_streams(&self) {
+        self.gated.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn release(&self) {
+        self.gate.add_permits(1);
+    }
+}
+
+async fn read_request(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Recorded> {
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut tmp = [0u8; 65536];
+        let n = sock.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split_whitespace();
+    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers.iter().find(|(k, _)| k == "content-length").map(|(_, v)| v.parse().unwrap()).unwrap_or(0);
+    while buf.len() < head_end + len {
+        let mut tmp = vec![0u8; 1 << 20];
+        let n = sock.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+    let body = buf[head_end..head_end + len].to_vec();
+    buf.drain(..head_end + len);
+    Some(Recorded { method, path, headers, body })
+}
+
+async fn serve_conn(
+    mut sock: TcpStream,
+    log: Arc<Mutex<Vec<Recorded>>>,
+    gate: Arc<Semaphore>,
+    gated: Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    while let Some(req) = read_request(&mut sock, &mut buf).await {
+        log.lock().unwrap().push(req.clone());
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_string();
+        if model == "gpt-hang" {
+            std::future::pending::<()>().await;
+        }
+        if model == "gpt-fail" {
+            let b = json!({"error": {"message": "stand-in failure", "type": "server_error", "param": null, "code": null}});
+            write_json(&mut sock, 500, &b).await?;
+            continue;
+        }
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        match (req.path.as_str(), stream) {
+            ("/v1/models", _) => write_json(&mut sock, 200, &json!({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})).await?,
+            ("/v1/embeddings", _) => {
+                let b = json!({"object": "list", "model": model, "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+                                "usage": {"prompt_tokens": 5, "total_tokens": 5}});
+                write_json(&mut sock, 200, &b).await?
+            }
+            ("/v1/chat/completions", false) => {
+                let b = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from stand-in"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
+                write_json(&mut sock, 200, &b).await?
+            }
+            ("/v1/chat/completions", true) => {
+                let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
+                let chunk = |delta: Value, finish: Value| {
+                    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                };
+                let mut events = vec![
+                    chunk(json!({"role": "assistant", "content": "Hello"}), Value::Null),
+                    chunk(json!({"content": " from stand-in"}), Value::Null),
+                    chunk(json!({}), json!("stop")),
+                ];
+                if include_usage {
+                    events.push(json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                        "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}));
+                }
+                let mut texts: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+                texts.push("data: [DONE]\n\n".into());
+                write_sse(&mut sock, &texts, &gate, &gated).await?;
+                return Ok(());
+            }
+            ("/v1/messages", false) => {
+                let b = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+                    "content": [{"type": "text", "text": "Hello from stand-in"}], "stop_reason": "end_turn",
+                    "stop_sequence": null, "usage": {"input_tokens": 13, "output_tokens": 6}});
+                write_json(&mut sock, 200, &b).await?
+            }
+            ("/v1/messages", true) => {
+                let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+                let texts = vec![
+                    ev("message_start", json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                        "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                        "usage": {"input_tokens": 13, "output_tokens": 1}}})),
+                    ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+                    ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello from stand-in"}})),
+                    ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+                    ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 6}})),
+                    ev("message_stop", json!({"type": "message_stop"})),
+                ];
+                write_sse(&mut sock, &texts, &gate, &gated).await?;
+                return Ok(());
+            }
+            _ => write_json(&mut sock, 404, &json!({"error": {"message": "no such route"}})).await?,
+        }
+    }
+    Ok(())
+}
+
+async fn write_json(sock: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
+    let b = serde_json::to_vec(body).unwrap();
+    let head = format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", b.len());
+    sock.write_all(head.as_bytes()).await?;
+    sock.write_all(&b).await
+}
+
+async fn write_sse(
+    sock: &mut TcpStream,
+    events: &[String],
+    gate: &Semaphore,
+    gated: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<()> {
+    sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n").await?;
+    for (i, e) in events.iter().enumerate() {
+        sock.write_all(e.as_bytes()).await?;
+        sock.flush().await?;
+        if i == 0 && gated.load(std::sync::atomic::Ordering::SeqCst) {
+            gate.acquire().await.unwrap().forget();
+        }
+    }
+    sock.shutdown().await
+}
