@@ -163,6 +163,9 @@ impl UpstreamClient {
             .get_http_session(&peer)
             .await
             .map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
+        // The connector does not carry the peer's read/write timeouts into the session.
+        session.set_read_timeout(Some(self.timeouts.read));
+        session.set_write_timeout(Some(self.timeouts.read));
         let sent = async {
             session.write_request_header(Box::new(req)).await?;
             if !body.is_empty() {

@@ -9,6 +9,14 @@ fn too_large(limit: usize) -> ApiError {
     ApiError::new(ErrorKind::PayloadTooLarge, format!("request body exceeds the limit of {limit} bytes"))
 }
 
+/// How long an over-limit body is still read and discarded, so the client sees the 413
+/// instead of a connection reset (closing a socket with unread data makes the kernel send RST).
+const DISCARD_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+async fn discard_rest(session: &mut Session) {
+    let _ = tokio::time::timeout(DISCARD_FOR, session.drain_request_body()).await;
+}
+
 pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, ApiError> {
     let declared = session
         .req_header()
@@ -18,6 +26,7 @@ pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, ApiError
         .and_then(|v| v.trim().parse::<usize>().ok());
     // Refuse before reading a byte when the client says up front it is too large.
     if declared.is_some_and(|n| n > limit) {
+        discard_rest(session).await;
         return Err(too_large(limit));
     }
     let mut buf = BytesMut::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
@@ -25,6 +34,7 @@ pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, ApiError
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
                 if buf.len() + chunk.len() > limit {
+                    discard_rest(session).await;
                     return Err(too_large(limit));
                 }
                 buf.extend_from_slice(&chunk);

@@ -1,0 +1,240 @@
+"""A stand-in for the OpenAI and Anthropic APIs on a real local socket.
+
+It records every request as the gateway sent it, so tests can check what left the gateway
+(which key, which body), and it answers in the providers' own wire formats, so the official
+SDKs on the other side of the gateway parse real-looking responses, streaming included.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+TEXT = "Hello from stand-in"
+DELTAS = ["Hello", " from", " stand-in"]
+CHAT_USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+EMBEDDING_USAGE = {"prompt_tokens": 5, "total_tokens": 5}
+MODELS = ["gpt-4o-mini", "text-embedding-3-small", "claude-haiku-4-5"]
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class Standin:
+    def __init__(self):
+        self.requests: list[Recorded] = []
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.standin = self
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "Standin":
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def clear(self):
+        self.requests.clear()
+
+    def to(self, path: str) -> list[Recorded]:
+        return [r for r in self.requests if urlsplit(r.path).path == path]
+
+    def places_containing(self, needle: str) -> list[str]:
+        """Where `needle` occurs in what was received: paths, header values, bodies."""
+        found = []
+        for r in self.requests:
+            where = f"{r.method} {r.path}"
+            if needle in r.path:
+                found.append(f"{where}: path")
+            found += [f"{where}: header {k}" for k, v in r.headers.items() if needle in v]
+            if needle.encode() in r.body:
+                found.append(f"{where}: body")
+        return found
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Clients and connection pools drop idle keep-alive connections; that is not a failure.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 so the gateway can pool connections and sees chunked streaming like the real APIs.
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self._record(b"")
+        if urlsplit(self.path).path == "/v1/models":
+            # One list that satisfies both vendors' model-list shapes, for either provider test.
+            now = int(time.time())
+            data = [
+                {"id": m, "object": "model", "type": "model", "created": now, "owned_by": "standin",
+                 "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
+                for m in MODELS
+            ]
+            self._json(200, {"object": "list", "data": data, "has_more": False,
+                             "first_id": MODELS[0], "last_id": MODELS[-1]})
+        else:
+            self._not_found()
+
+    def do_POST(self):
+        body = self._read_body()
+        self._record(body)
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError:
+            return self._json(400, {"error": {"type": "invalid_request_error", "message": "stand-in: bad JSON"}})
+        route = {
+            "/v1/chat/completions": self._chat,
+            "/v1/embeddings": self._embeddings,
+            "/v1/messages": self._messages,
+        }.get(urlsplit(self.path).path)
+        if route:
+            route(req)
+        else:
+            self._not_found()
+
+    def _read_body(self) -> bytes:
+        # The gateway may rewrite the body (e.g. to add stream_options) and re-frame it as chunked.
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            out = b""
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                out += self.rfile.read(size + 2)[:size]
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return out
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _record(self, body: bytes):
+        headers: dict[str, str] = {}
+        for k, v in self.headers.items():
+            # Repeated headers are joined, not overwritten, so a second Authorization cannot hide.
+            k = k.lower()
+            headers[k] = f"{headers[k]}, {v}" if k in headers else v
+        self.server.standin.requests.append(Recorded(self.command, self.path, headers, body))
+
+    # --- OpenAI ---------------------------------------------------------------------------
+
+    def _chat(self, req):
+        model, cid, now = req.get("model"), f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        if not req.get("stream"):
+            return self._json(200, {
+                "id": cid, "object": "chat.completion", "created": now, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT, "refusal": None},
+                             "logprobs": None, "finish_reason": "stop"}],
+                "usage": CHAT_USAGE, "system_fingerprint": None,
+            })
+        include_usage = (req.get("stream_options") or {}).get("include_usage") is True
+
+        def chunk(delta, finish=None, choices=True, usage=None):
+            c = {"id": cid, "object": "chat.completion.chunk", "created": now, "model": model,
+                 "system_fingerprint": None,
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+                 if choices else []}
+            # Like OpenAI: with include_usage every chunk carries "usage", null until the last.
+            if include_usage:
+                c["usage"] = usage
+            return c
+
+        events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+        events += [chunk({"content": d}) for d in DELTAS]
+        events.append(chunk({}, finish="stop"))
+        if include_usage:
+            events.append(chunk(None, choices=False, usage=CHAT_USAGE))
+        self._sse([(None, e) for e in events] + [(None, "[DONE]")])
+
+    def _embeddings(self, req):
+        inputs = req.get("input")
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        data = []
+        for i, _ in enumerate(inputs):
+            vec = [round(0.125 * (i + 1) * (k + 1), 3) for k in range(8)]
+            # The official SDK asks for base64 (packed little-endian float32) unless told otherwise.
+            if req.get("encoding_format") == "base64":
+                vec = base64.b64encode(struct.pack("<8f", *vec)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": vec})
+        self._json(200, {"object": "list", "data": data, "model": req.get("model"), "usage": EMBEDDING_USAGE})
+
+    # --- Anthropic ------------------------------------------------------------------------
+
+    def _messages(self, req):
+        model, mid = req.get("model"), f"msg_{uuid.uuid4().hex[:24]}"
+        message = {"id": mid, "type": "message", "role": "assistant", "model": model,
+                   "content": [{"type": "text", "text": TEXT}],
+                   "stop_reason": "end_turn", "stop_sequence": None,
+                   "usage": {"input_tokens": 13, "output_tokens": 6}}
+        if not req.get("stream"):
+            return self._json(200, message)
+        start = dict(message, content=[], stop_reason=None, usage={"input_tokens": 13, "output_tokens": 1})
+        first, rest = DELTAS[0], "".join(DELTAS[1:])
+        events = [
+            {"type": "message_start", "message": start},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {"type": "ping"},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": first}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": rest}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+             "usage": {"output_tokens": 6}},
+            {"type": "message_stop"},
+        ]
+        self._sse([(e["type"], e) for e in events])
+
+    # --- wire -----------------------------------------------------------------------------
+
+    def _json(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _not_found(self):
+        self._json(404, {"error": {"type": "not_found_error", "message": f"stand-in: no route {self.path}"}})
+
+    def _sse(self, events):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        # One chunk per event, flushed, so a buffering gateway would show up as late delivery.
+        for name, data in events:
+            text = data if isinstance(data, str) else json.dumps(data)
+            event = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
+            self._chunk(event.encode())
+        self._chunk(b"")
+
+    def _chunk(self, data: bytes):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
