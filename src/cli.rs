@@ -93,7 +93,12 @@ fn open(cfg: &Config) -> Result<Store, ExitCode> {
 }
 
 /// Creates a key and returns (secret, key id).
-pub async fn create_key(store: &Store, tenant_id: &str, manager: bool, label: &str) -> Result<(String, String), StoreError> {
+pub async fn create_key(
+    store: &Store,
+    tenant_id: &str,
+    manager: bool,
+    label: &str,
+) -> Result<(String, String), StoreError> {
     let secret = crate::keys::generate();
     let rec = store::keys::insert(
         store,

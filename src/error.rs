@@ -96,10 +96,7 @@ impl ApiError {
         Self::new(ErrorKind::InvalidRequest, message)
     }
     pub fn unauthorized() -> Self {
-        Self::new(
-            ErrorKind::Unauthorized,
-            "missing or invalid API key: send `Authorization: Bearer tollgate_sk_...`",
-        )
+        Self::new(ErrorKind::Unauthorized, "missing or invalid API key: send `Authorization: Bearer tollgate_sk_...`")
     }
     pub fn forbidden() -> Self {
         Self::new(ErrorKind::Forbidden, "this operation needs a manager key")

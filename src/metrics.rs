@@ -4,8 +4,7 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_counter_vec, register_histogram_vec, register_int_counter_vec, CounterVec, HistogramVec,
-    IntCounterVec,
+    register_counter_vec, register_histogram_vec, register_int_counter_vec, CounterVec, HistogramVec, IntCounterVec,
 };
 
 pub struct Metrics {

@@ -27,9 +27,8 @@ impl Pricing {
         }
         let mut best: Option<(&str, Price)> = None;
         for (name, p) in &self.models {
-            let prefixed = model.len() > name.len()
-                && model.starts_with(name.as_str())
-                && model.as_bytes()[name.len()] == b'-';
+            let prefixed =
+                model.len() > name.len() && model.starts_with(name.as_str()) && model.as_bytes()[name.len()] == b'-';
             if prefixed && best.is_none_or(|(b, _)| name.len() > b.len()) {
                 best = Some((name, *p));
             }

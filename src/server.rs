@@ -43,7 +43,8 @@ pub fn prepare(cfg: Config) -> Result<Arc<App>, StartError> {
     let store = rt.block_on(Store::connect(&cfg.database_url()))?;
     rt.block_on(store.migrate())?;
     rt.block_on(bootstrap_first_tenant(&store))?;
-    let master = Arc::new(MasterKey::load(std::env::var("TOLLGATE_MASTER_KEY").ok().as_deref(), &cfg.master_key_path())?);
+    let master =
+        Arc::new(MasterKey::load(std::env::var("TOLLGATE_MASTER_KEY").ok().as_deref(), &cfg.master_key_path())?);
     let pricing = Arc::new(Pricing::from_config(&cfg)?);
     let snapshot = Arc::new(SnapshotHandle::new(Snapshot::empty(cfg.clone(), pricing), store.clone(), master.clone()));
     rt.block_on(snapshot.rebuild())?;

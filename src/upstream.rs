@@ -158,11 +158,8 @@ impl UpstreamClient {
             set(&mut req, "content-length", body.len().to_string())?;
         }
 
-        let (mut session, reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
+        let (mut session, reused) =
+            self.connector.get_http_session(&peer).await.map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
         // The connector does not carry the peer's read/write timeouts into the session.
         session.set_read_timeout(Some(self.timeouts.read));
         session.set_write_timeout(Some(self.timeouts.read));
@@ -180,10 +177,8 @@ impl UpstreamClient {
             let hint = if reused { "request on reused connection" } else { "request" };
             return Err(UpstreamError::from_pingora(&e, hint));
         }
-        let header = session
-            .response_header()
-            .cloned()
-            .ok_or_else(|| UpstreamError::Failed("no response header".into()))?;
+        let header =
+            session.response_header().cloned().ok_or_else(|| UpstreamError::Failed("no response header".into()))?;
         Ok(UpstreamResponse { client: self, session: Some(session), peer, header, done: false })
     }
 }

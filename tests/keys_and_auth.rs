@@ -18,7 +18,9 @@ fn unauthenticated_requests_get_401_envelopes_on_both_ports() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
         let chat = br#"{"model":"gpt-4o-mini","messages":[]}"#;
-        for auth in [None, Some("Bearer"), Some("Bearer tollgate_sk_unknown"), Some("Basic abc"), Some("Bearer sk-other")] {
+        for auth in
+            [None, Some("Bearer"), Some("Bearer tollgate_sk_unknown"), Some("Basic abc"), Some("Bearer sk-other")]
+        {
             let mut h = vec![("Content-Type", "application/json")];
             if let Some(a) = auth {
                 h.push(("Authorization", a));
@@ -32,7 +34,10 @@ fn unauthenticated_requests_get_401_envelopes_on_both_ports() {
 
             let r = support::http::request(g.mgmt, "GET", "/v1/keys", &h, b"");
             assert_eq!(r.status, 401);
-            assert_eq!(r.json(), json!({"error": {"type": "unauthorized", "code": 401, "message": r.json()["error"]["message"]}}));
+            assert_eq!(
+                r.json(),
+                json!({"error": {"type": "unauthorized", "code": 401, "message": r.json()["error"]["message"]}})
+            );
         }
         // Anthropic route, Anthropic-shaped error, x-api-key accepted as the key header.
         let r = support::http::request(
@@ -74,7 +79,10 @@ fn developer_keys_are_refused_manager_operations() {
         let ids: Vec<&str> = mine["data"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap()).collect();
         assert_eq!(ids, vec![dev_id.as_str()]);
         let rec = &mine["data"][0];
-        assert_eq!((rec["keyClass"].as_str(), rec["role"].as_str(), rec["budgetUsd"].as_f64()), (Some("service"), Some("developer"), Some(5.0)));
+        assert_eq!(
+            (rec["keyClass"].as_str(), rec["role"].as_str(), rec["budgetUsd"].as_f64()),
+            (Some("service"), Some("developer"), Some(5.0))
+        );
         assert!(rec.get("key").is_none(), "the secret is shown only at creation");
         assert_eq!(rec["keyHint"].as_str().unwrap().len(), 4);
         let all = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json();
@@ -98,7 +106,12 @@ fn developer_keys_are_refused_manager_operations() {
         assert_eq!(seen.len(), 3);
 
         // Limits: PATCH leaves omitted fields unchanged.
-        let r = g.mgmt("PATCH", &format!("/v1/keys/{dev_id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": 60, "tpmLimit": 1000})));
+        let r = g.mgmt(
+            "PATCH",
+            &format!("/v1/keys/{dev_id}/limits"),
+            Some(&g.key),
+            Some(&json!({"rpmLimit": 60, "tpmLimit": 1000})),
+        );
         assert_eq!(r.json(), json!({"id": dev_id, "rpmLimit": 60, "tpmLimit": 1000}));
         let r = g.mgmt("PATCH", &format!("/v1/keys/{dev_id}/limits"), Some(&g.key), Some(&json!({"tpmLimit": null})));
         assert_eq!(r.json(), json!({"id": dev_id, "rpmLimit": 60, "tpmLimit": null}));
@@ -147,7 +160,7 @@ fn another_tenants_ids_answer_404() {
         assert_eq!(p2[0]["provider"], "openai");
         assert_eq!(p2[0]["status"], "unconfigured", "tenant B does not see tenant A's credential");
         // Tenant A's key still works after tenant B's attempts.
-        assert_eq!(g.mgmt("GET", &format!("/v1/keys?cursor="), Some(&g.key), None).status, 200);
+        assert_eq!(g.mgmt("GET", "/v1/keys?cursor=", Some(&g.key), None).status, 200);
     }
 }
 

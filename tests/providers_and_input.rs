@@ -13,10 +13,18 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
     for b in backends() {
         let up = Standin::start();
         let g = Gateway::start(&b, &[]);
-        let r = g.mgmt("PUT", "/v1/providers/openai", Some(&g.key), Some(&json!({"api_key": SECRET, "base_url": up.url()})));
+        let r = g.mgmt(
+            "PUT",
+            "/v1/providers/openai",
+            Some(&g.key),
+            Some(&json!({"api_key": SECRET, "base_url": up.url()})),
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         let v = r.json();
-        assert_eq!((v["provider"].as_str(), v["status"].as_str(), v["keyHint"].as_str()), (Some("openai"), Some("active"), Some("...9876")));
+        assert_eq!(
+            (v["provider"].as_str(), v["status"].as_str(), v["keyHint"].as_str()),
+            (Some("openai"), Some("active"), Some("...9876"))
+        );
         assert!(v["updatedAt"].as_str().unwrap().ends_with('Z'));
 
         let list = g.mgmt("GET", "/v1/providers", Some(&g.key), None).json();
@@ -33,7 +41,12 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
 
         // A failing test marks the credential `failing` and /status shows it degraded.
         let closed = support::free_port();
-        let r = g.mgmt("PUT", "/v1/providers/anthropic", Some(&g.key), Some(&json!({"api_key": "sk-ant-abcdefgh", "base_url": format!("http://127.0.0.1:{closed}")})));
+        let r = g.mgmt(
+            "PUT",
+            "/v1/providers/anthropic",
+            Some(&g.key),
+            Some(&json!({"api_key": "sk-ant-abcdefgh", "base_url": format!("http://127.0.0.1:{closed}")})),
+        );
         assert_eq!(r.status, 200);
         let r = g.mgmt("POST", "/v1/providers/anthropic/test", Some(&g.key), None);
         assert_eq!(r.json()["ok"], false);
@@ -41,16 +54,19 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
         let list = g.mgmt("GET", "/v1/providers", Some(&g.key), None).json();
         assert_eq!(list[1]["status"], "failing");
         let status = g.mgmt("GET", "/status", None, None).json();
-        let anthropic = status["components"].as_array().unwrap().iter().find(|c| c["name"] == "anthropic").unwrap().clone();
+        let anthropic =
+            status["components"].as_array().unwrap().iter().find(|c| c["name"] == "anthropic").unwrap().clone();
         assert_eq!(anthropic["status"], "degraded");
         assert_eq!(status["status"], "degraded");
-        let names: Vec<&str> = status["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> =
+            status["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         for n in ["gateway", "database", "openai", "anthropic"] {
             assert!(names.contains(&n), "{names:?}");
         }
 
         // Bedrock and Vertex path values are accepted and validated.
-        let r = g.mgmt("PUT", "/v1/providers/bedrock", Some(&g.key), Some(&json!({"access_key_id": "AKIAEXAMPLE1234"})));
+        let r =
+            g.mgmt("PUT", "/v1/providers/bedrock", Some(&g.key), Some(&json!({"access_key_id": "AKIAEXAMPLE1234"})));
         assert_eq!(r.status, 400);
         let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
         assert!(msg.contains("secret_access_key") && msg.contains("region"), "{msg}");
@@ -70,7 +86,10 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
         if matches!(b, Backend::Sqlite) {
             for f in ["tollgate.db", "tollgate.db-wal"] {
                 if let Ok(bytes) = std::fs::read(g.dir.join(f)) {
-                    assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "{f} holds the secret in clear");
+                    assert!(
+                        !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+                        "{f} holds the secret in clear"
+                    );
                 }
             }
         }

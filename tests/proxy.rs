@@ -2,7 +2,7 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::{backends, http, Backend, Gateway, Standin};
 
 const PROVIDER_SECRET: &str = "sk-provider-secret-0001";
@@ -30,7 +30,11 @@ fn assert_no_client_key(up: &Standin) {
 fn openai_and_anthropic_calls_are_proxied_with_the_provider_credential() {
     for b in backends() {
         let (g, up) = setup(&b, &[]);
-        let r = g.post_gw("/v1/chat/completions", &g.key, br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#);
+        let r = g.post_gw(
+            "/v1/chat/completions",
+            &g.key,
+            br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["choices"][0]["message"]["content"], "Hello from stand-in");
         assert!(r.header("x-request-id").is_some());
@@ -73,7 +77,8 @@ fn a_one_mib_body_arrives_byte_for_byte() {
     let (g, up) = setup(&Backend::Sqlite, &[]);
     let filler: String = (0..(1 << 20)).map(|i| (b'a' + (i % 26) as u8) as char).collect();
     // Unusual spacing and key order: the gateway must not re-serialize what it does not change.
-    let body = format!("{{ \"messages\": [{{\"role\":\"user\",\"content\":\"{filler}\"}}],   \"model\":\"gpt-4o-mini\" }}");
+    let body =
+        format!("{{ \"messages\": [{{\"role\":\"user\",\"content\":\"{filler}\"}}],   \"model\":\"gpt-4o-mini\" }}");
     assert!(body.len() > 1 << 20);
     let r = g.post_gw("/v1/chat/completions", &g.key, body.as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
@@ -109,7 +114,8 @@ fn streams_reach_the_client_before_the_upstream_finishes_and_usage_is_read() {
         let seen = up.requests().pop().unwrap();
         assert_eq!(seen.json()["stream_options"]["include_usage"], true);
 
-        let m = |dir: &str| g.metric("tollgate_tokens_total", &["model=\"gpt-4o-mini\"", &format!("direction=\"{dir}\"")]);
+        let m =
+            |dir: &str| g.metric("tollgate_tokens_total", &["model=\"gpt-4o-mini\"", &format!("direction=\"{dir}\"")]);
         assert_eq!((m("prompt"), m("completion")), (11.0, 7.0));
         let cost = g.metric("tollgate_cost_usd_total", &["model=\"gpt-4o-mini\""]);
         assert!((cost - (11.0 * 0.15 + 7.0 * 0.60) / 1e6).abs() < 1e-12, "cost {cost}");
@@ -134,7 +140,9 @@ fn streams_reach_the_client_before_the_upstream_finishes_and_usage_is_read() {
         );
         assert_eq!(r.status, 200);
         assert!(r.text().contains("event: message_stop"));
-        let m = |dir: &str| g.metric("tollgate_tokens_total", &["model=\"claude-3-5-haiku\"", &format!("direction=\"{dir}\"")]);
+        let m = |dir: &str| {
+            g.metric("tollgate_tokens_total", &["model=\"claude-3-5-haiku\"", &format!("direction=\"{dir}\"")])
+        };
         assert_eq!((m("prompt"), m("completion")), (13.0, 6.0));
         let cost = g.metric("tollgate_cost_usd_total", &["model=\"claude-3-5-haiku\""]);
         assert!((cost - (13.0 * 0.80 + 6.0 * 4.0) / 1e6).abs() < 1e-12, "cost {cost}");
@@ -198,7 +206,10 @@ fn malformed_gateway_requests_get_400_naming_the_field() {
         let r = g.post_gw(path, &g.key, body);
         assert_eq!(r.status, 400, "{path} {}", String::from_utf8_lossy(body));
         let v = r.json();
-        let err = if *path == "/v1/messages" { &v["error"] } else { &v["error"] };
+        if *path == "/v1/messages" {
+            assert_eq!(v["type"], "error", "Anthropic-shaped envelope");
+        }
+        let err = &v["error"];
         assert_eq!(err["type"], "invalid_request");
         assert!(err["message"].as_str().unwrap().contains(needle), "{}", err["message"]);
     }
@@ -206,5 +217,4 @@ fn malformed_gateway_requests_get_400_naming_the_field() {
     let r = http::request(g.gw, "GET", "/v1/chat/completions", &[], b"");
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["code"], 404);
-    let _ = json!(null);
 }

@@ -15,19 +15,13 @@ fn python() -> PathBuf {
 
 /// Why `py` cannot run the suite, if it cannot.
 fn unusable(py: &Path) -> Option<String> {
-    let out = Command::new(py)
-        .args(["-c", "import openai, anthropic, pytest"])
-        .stdin(Stdio::null())
-        .output();
+    let out = Command::new(py).args(["-c", "import openai, anthropic, pytest"]).stdin(Stdio::null()).output();
     match out {
         Ok(o) if o.status.success() => None,
         Ok(o) => {
             let err = String::from_utf8_lossy(&o.stderr);
             let last = err.trim().lines().last().unwrap_or("");
-            Some(format!(
-                "{} cannot import openai, anthropic, pytest: {last}",
-                py.display()
-            ))
+            Some(format!("{} cannot import openai, anthropic, pytest: {last}", py.display()))
         }
         Err(e) => Some(format!("cannot run {}: {e}", py.display())),
     }
@@ -49,8 +43,5 @@ fn python_sdk_suite() {
         .env("TOLLGATE_BIN", env!("CARGO_BIN_EXE_tollgate"))
         .status()
         .expect("run pytest");
-    assert!(
-        status.success(),
-        "python SDK suite failed ({status}); output above"
-    );
+    assert!(status.success(), "python SDK suite failed ({status}); output above");
 }

@@ -149,10 +149,7 @@ impl Default for ProvidersSection {
         let url = |u: &str| ProviderDefaults { base_url: u.into(), version: String::new() };
         ProvidersSection {
             openai: url("https://api.openai.com"),
-            anthropic: ProviderDefaults {
-                base_url: "https://api.anthropic.com".into(),
-                version: "2023-06-01".into(),
-            },
+            anthropic: ProviderDefaults { base_url: "https://api.anthropic.com".into(), version: "2023-06-01".into() },
             bedrock: ProviderDefaults::default(),
             vertex: ProviderDefaults::default(),
         }

@@ -40,7 +40,9 @@ pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, ApiError
                 buf.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(buf.freeze()),
-            Err(e) => return Err(ApiError::invalid(format!("could not read the request body: {}", e.etype().as_str()))),
+            Err(e) => {
+                return Err(ApiError::invalid(format!("could not read the request body: {}", e.etype().as_str())))
+            }
         }
     }
 }

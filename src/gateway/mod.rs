@@ -73,9 +73,8 @@ impl Gateway {
     /// Runs one request to completion; an `Err` is answered by the caller as an envelope.
     async fn handle(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), ApiError> {
         let req = session.req_header();
-        let route = Route::resolve(&req.method, req.uri.path()).ok_or_else(|| {
-            ApiError::not_found(&format!("route {} {}", req.method, req.uri.path()))
-        })?;
+        let route = Route::resolve(&req.method, req.uri.path())
+            .ok_or_else(|| ApiError::not_found(&format!("route {} {}", req.method, req.uri.path())))?;
         ctx.route = Some(route);
         let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
@@ -102,8 +101,13 @@ impl Gateway {
         let headers = &session.req_header().headers;
         let client_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let anthropic_version = &ctx.snap.config.providers.anthropic.version;
-        let call =
-            providers::upstream_call(parsed.provider, route.upstream_path(), api_key, &client_header, anthropic_version);
+        let call = providers::upstream_call(
+            parsed.provider,
+            route.upstream_path(),
+            api_key,
+            &client_header,
+            anthropic_version,
+        );
 
         let mut edited = None;
         let mut hide_usage_chunk = false;
@@ -121,10 +125,9 @@ impl Gateway {
                 ctx.upstream = UpstreamOutcome::from_error(&e);
                 log::warn!("request {}: {e}", ctx.request_id);
                 return Err(match e {
-                    UpstreamError::Timeout(_) => ApiError::new(
-                        ErrorKind::UpstreamTimeout,
-                        format!("{} did not answer in time", parsed.provider),
-                    ),
+                    UpstreamError::Timeout(_) => {
+                        ApiError::new(ErrorKind::UpstreamTimeout, format!("{} did not answer in time", parsed.provider))
+                    }
                     UpstreamError::Failed(_) => ApiError::new(
                         ErrorKind::UpstreamError,
                         format!("could not reach {}; retry later", parsed.provider),
@@ -132,7 +135,10 @@ impl Gateway {
                 });
             }
         };
-        METRICS.upstream_latency.with_label_values(&[parsed.provider.as_str()]).observe(sent_at.elapsed().as_secs_f64());
+        METRICS
+            .upstream_latency
+            .with_label_values(&[parsed.provider.as_str()])
+            .observe(sent_at.elapsed().as_secs_f64());
 
         let relayed = exchange::relay(session, resp, call.dialect, hide_usage_chunk, &ctx.request_id).await;
         ctx.status = relayed.status;

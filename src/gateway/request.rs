@@ -25,8 +25,8 @@ fn field_type(json: &Value, field: &str, ok: fn(&Value) -> bool, expected: &str)
 }
 
 pub fn parse(route: Route, raw: Bytes, snap: &Snapshot) -> Result<ParsedRequest, ApiError> {
-    let json: Value = serde_json::from_slice(&raw)
-        .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
+    let json: Value =
+        serde_json::from_slice(&raw).map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
     if !json.is_object() {
         return Err(ApiError::invalid("request body must be a JSON object"));
     }
@@ -65,18 +65,18 @@ fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderN
     match (route, routed) {
         // The Messages API is Anthropic's own; models the table gives elsewhere don't speak it.
         (Route::Messages, None | Some(ProviderName::Anthropic)) => Ok(ProviderName::Anthropic),
-        (Route::Messages, Some(p)) => Err(ApiError::invalid(format!(
-            "model `{model}` is served by {p}; call it through /v1/chat/completions"
-        ))),
+        (Route::Messages, Some(p)) => {
+            Err(ApiError::invalid(format!("model `{model}` is served by {p}; call it through /v1/chat/completions")))
+        }
         (Route::Embeddings, Some(ProviderName::OpenAi)) => Ok(ProviderName::OpenAi),
         (Route::ChatCompletions, Some(p @ (ProviderName::OpenAi | ProviderName::Anthropic))) => Ok(p),
         (_, Some(p)) => Err(ApiError::invalid(format!(
             "model `{model}` is routed to {p}, which does not serve {}",
             route.upstream_path()
         ))),
-        (_, None) => Err(ApiError::invalid(format!(
-            "no route for model `{model}`: add a `routes` entry in tollgate.yaml"
-        ))),
+        (_, None) => {
+            Err(ApiError::invalid(format!("no route for model `{model}`: add a `routes` entry in tollgate.yaml")))
+        }
     }
 }
 
@@ -105,7 +105,9 @@ mod tests {
         assert!(err(Route::ChatCompletions, r#"{"model":5,"messages":[]}"#).contains("`model`"));
         assert!(err(Route::ChatCompletions, r#"{"model":"gpt-4o","messages":"hi"}"#).contains("`messages`"));
         assert!(err(Route::ChatCompletions, r#"{"model":"gpt-4o","messages":[],"stream":"yes"}"#).contains("`stream`"));
-        assert!(err(Route::ChatCompletions, r#"{"model":"gpt-4o","messages":[],"max_tokens":-1}"#).contains("`max_tokens`"));
+        assert!(
+            err(Route::ChatCompletions, r#"{"model":"gpt-4o","messages":[],"max_tokens":-1}"#).contains("`max_tokens`")
+        );
         assert!(err(Route::ChatCompletions, r#"{"model":"llama-3","messages":[]}"#).contains("no route"));
         assert!(err(Route::Embeddings, r#"{"model":"text-embedding-3-small"}"#).contains("`input`"));
         assert!(err(Route::Messages, r#"{"model":"gpt-4o","messages":[]}"#).contains("openai"));
@@ -116,7 +118,10 @@ mod tests {
         let s = snap();
         let ok = |r, b: &str| parse(r, Bytes::from(b.to_string()), &s).unwrap().provider;
         assert_eq!(ok(Route::ChatCompletions, r#"{"model":"gpt-4o-mini","messages":[]}"#), ProviderName::OpenAi);
-        assert_eq!(ok(Route::ChatCompletions, r#"{"model":"claude-sonnet-4-5","messages":[]}"#), ProviderName::Anthropic);
+        assert_eq!(
+            ok(Route::ChatCompletions, r#"{"model":"claude-sonnet-4-5","messages":[]}"#),
+            ProviderName::Anthropic
+        );
         assert_eq!(ok(Route::Messages, r#"{"model":"claude-3-5-haiku","messages":[]}"#), ProviderName::Anthropic);
         assert_eq!(ok(Route::Embeddings, r#"{"model":"text-embedding-3-small","input":"x"}"#), ProviderName::OpenAi);
     }

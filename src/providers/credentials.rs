@@ -66,7 +66,9 @@ impl CredentialBody {
                 ("service_account_json", &self.service_account_json),
                 ("region", &self.region),
             ],
-            ProviderName::Bedrock => &[("api_key", &self.api_key), ("service_account_json", &self.service_account_json)],
+            ProviderName::Bedrock => {
+                &[("api_key", &self.api_key), ("service_account_json", &self.service_account_json)]
+            }
             ProviderName::Vertex => &[
                 ("api_key", &self.api_key),
                 ("access_key_id", &self.access_key_id),
@@ -112,11 +114,7 @@ impl CredentialBody {
 }
 
 /// Opens a stored row into what the gateway needs (decrypted key, effective base URL).
-pub fn open(
-    master: &MasterKey,
-    cfg: &Config,
-    row: &CredentialRow,
-) -> Result<crate::snapshot::ProviderCred, String> {
+pub fn open(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<crate::snapshot::ProviderCred, String> {
     let provider = ProviderName::parse(&row.provider).ok_or("unknown provider")?;
     let clear = master.open(&row.sealed, &context(&row.tenant_id, provider)).map_err(|e| e.to_string())?;
     let v: serde_json::Value = serde_json::from_slice(&clear).map_err(|_| "stored secret is not JSON")?;
@@ -141,7 +139,8 @@ mod tests {
         assert!(e.contains("access_key_id") && e.contains("secret_access_key") && e.contains("region"), "{e}");
         let e = body(json!({"api_key": " "})).seal(ProviderName::OpenAi, "t", &mk).err().unwrap();
         assert!(e.contains("api_key"), "{e}");
-        let e = body(json!({"api_key": "k", "base_url": "gopher://x"})).seal(ProviderName::OpenAi, "t", &mk).err().unwrap();
+        let e =
+            body(json!({"api_key": "k", "base_url": "gopher://x"})).seal(ProviderName::OpenAi, "t", &mk).err().unwrap();
         assert!(e.contains("base_url"), "{e}");
         let e = body(json!({"service_account_json": "{}"})).seal(ProviderName::Vertex, "t", &mk).err().unwrap();
         assert!(e.contains("client_email"), "{e}");

@@ -29,10 +29,9 @@ pub fn from_body(dialect: Dialect, body: &Value) -> Option<Usage> {
             prompt_tokens: num(u, "prompt_tokens").or_else(|| num(u, "input_tokens")).unwrap_or(0),
             completion_tokens: num(u, "completion_tokens").or_else(|| num(u, "output_tokens")).unwrap_or(0),
         },
-        Dialect::Anthropic => Usage {
-            prompt_tokens: anthropic_input(u),
-            completion_tokens: num(u, "output_tokens").unwrap_or(0),
-        },
+        Dialect::Anthropic => {
+            Usage { prompt_tokens: anthropic_input(u), completion_tokens: num(u, "output_tokens").unwrap_or(0) }
+        }
     })
 }
 
@@ -98,7 +97,11 @@ mod tests {
     #[test]
     fn anthropic_stream() {
         let mut acc = None;
-        fold_event(Dialect::Anthropic, &json!({"type": "message_start", "message": {"usage": {"input_tokens": 13, "output_tokens": 1}}}), &mut acc);
+        fold_event(
+            Dialect::Anthropic,
+            &json!({"type": "message_start", "message": {"usage": {"input_tokens": 13, "output_tokens": 1}}}),
+            &mut acc,
+        );
         fold_event(Dialect::Anthropic, &json!({"type": "content_block_delta"}), &mut acc);
         fold_event(Dialect::Anthropic, &json!({"type": "message_delta", "usage": {"output_tokens": 6}}), &mut acc);
         assert_eq!(acc, Some(Usage { prompt_tokens: 13, completion_tokens: 6 }));
@@ -109,7 +112,11 @@ mod tests {
         let mut acc = None;
         fold_event(Dialect::OpenAi, &json!({"choices": [{"delta": {"content": "x"}}], "usage": null}), &mut acc);
         assert_eq!(acc, None);
-        fold_event(Dialect::OpenAi, &json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}), &mut acc);
+        fold_event(
+            Dialect::OpenAi,
+            &json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+            &mut acc,
+        );
         assert_eq!(acc, Some(Usage { prompt_tokens: 3, completion_tokens: 4 }));
     }
 }

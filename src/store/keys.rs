@@ -166,10 +166,9 @@ pub async fn set_limits(
     store
         .run(|pool, _| async move {
             let mut tx = pool.begin().await?;
-            let sql = format!(
-                "SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL"
-            );
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await? else {
+            let sql = format!("SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL");
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
+            else {
                 return Ok(None);
             };
             let mut rec = from_row(&row)?;

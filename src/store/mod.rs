@@ -74,9 +74,8 @@ impl Store {
             let path = path.split('?').next().unwrap_or(path).to_string();
             if let Some(dir) = std::path::Path::new(&path).parent() {
                 if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
-                    })?;
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
                 }
             }
             if !url.contains("mode=") && !url.contains(":memory:") {
@@ -103,10 +102,7 @@ impl Store {
                     Ok(())
                 })
             });
-        let pool = opts
-            .connect(&url)
-            .await
-            .map_err(|e| StoreError::Unavailable(redact_url(&url, &e.to_string())))?;
+        let pool = opts.connect(&url).await.map_err(|e| StoreError::Unavailable(redact_url(&url, &e.to_string())))?;
         Ok(Store { pool, backend })
     }
 
@@ -150,10 +146,7 @@ where
     Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
     T: Send + 'static,
 {
-    db_runtime()
-        .spawn(fut)
-        .await
-        .map_err(|e| StoreError::Other(format!("database task failed: {e}")))?
+    db_runtime().spawn(fut).await.map_err(|e| StoreError::Other(format!("database task failed: {e}")))?
 }
 
 /// Connection errors may quote the URL; never let a password through to a log.

@@ -40,10 +40,8 @@ pub async fn by_name(store: &Store, name: &str) -> Result<Option<Tenant>, StoreE
     let name = name.to_string();
     store
         .run(|pool, _| async move {
-            let row = sqlx::query("SELECT id, name FROM tenants WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&pool)
-                .await?;
+            let row =
+                sqlx::query("SELECT id, name FROM tenants WHERE name = $1").bind(name).fetch_optional(&pool).await?;
             Ok(row.map(|r| Tenant { id: r.get("id"), name: r.get("name") }))
         })
         .await
@@ -53,10 +51,7 @@ pub async fn exists(store: &Store, id: &str) -> Result<bool, StoreError> {
     let id = id.to_string();
     store
         .run(|pool, _| async move {
-            let row = sqlx::query("SELECT id FROM tenants WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&pool)
-                .await?;
+            let row = sqlx::query("SELECT id FROM tenants WHERE id = $1").bind(id).fetch_optional(&pool).await?;
             Ok(row.is_some())
         })
         .await

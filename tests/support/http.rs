@@ -42,7 +42,8 @@ fn write_request(s: &mut TcpStream, method: &str, path: &str, headers: &[(&str, 
 fn read_head(r: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     r.read_line(&mut line).expect("status line");
-    let status: u16 = line.split_whitespace().nth(1).unwrap_or_else(|| panic!("bad status line {line:?}")).parse().unwrap();
+    let status: u16 =
+        line.split_whitespace().nth(1).unwrap_or_else(|| panic!("bad status line {line:?}")).parse().unwrap();
     let mut headers = Vec::new();
     loop {
         line.clear();
@@ -131,7 +132,12 @@ impl Stream {
     }
 }
 
-pub fn stream(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Vec<(String, String)>, Stream) {
+pub fn stream(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, Stream) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write_request(&mut s, "POST", path, headers, body);

@@ -97,10 +97,8 @@ async fn read_request(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Recorde
     let mut lines = head.split("\r\n");
     let mut first = lines.next()?.split_whitespace();
     let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_string()))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_string())).collect();
     let len: usize = headers.iter().find(|(k, _)| k == "content-length").map(|(_, v)| v.parse().unwrap()).unwrap_or(0);
     while buf.len() < head_end + len {
         let mut tmp = vec![0u8; 1 << 20];
@@ -130,13 +128,21 @@ async fn serve_conn(
             std::future::pending::<()>().await;
         }
         if model == "gpt-fail" {
-            let b = json!({"error": {"message": "stand-in failure", "type": "server_error", "param": null, "code": null}});
+            let b =
+                json!({"error": {"message": "stand-in failure", "type": "server_error", "param": null, "code": null}});
             write_json(&mut sock, 500, &b).await?;
             continue;
         }
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         match (req.path.as_str(), stream) {
-            ("/v1/models", _) => write_json(&mut sock, 200, &json!({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})).await?,
+            ("/v1/models", _) => {
+                write_json(
+                    &mut sock,
+                    200,
+                    &json!({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]}),
+                )
+                .await?
+            }
             ("/v1/embeddings", _) => {
                 let b = json!({"object": "list", "model": model, "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
                                 "usage": {"prompt_tokens": 5, "total_tokens": 5}});
@@ -149,7 +155,8 @@ async fn serve_conn(
                 write_json(&mut sock, 200, &b).await?
             }
             ("/v1/chat/completions", true) => {
-                let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
+                let include_usage =
+                    body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
                 let chunk = |delta: Value, finish: Value| {
                     json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
@@ -160,8 +167,10 @@ async fn serve_conn(
                     chunk(json!({}), json!("stop")),
                 ];
                 if include_usage {
-                    events.push(json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
-                        "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}));
+                    events.push(
+                        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                        "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}),
+                    );
                 }
                 let mut texts: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
                 texts.push("data: [DONE]\n\n".into());
@@ -177,13 +186,25 @@ async fn serve_conn(
             ("/v1/messages", true) => {
                 let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
                 let texts = vec![
-                    ev("message_start", json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                    ev(
+                        "message_start",
+                        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
                         "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-                        "usage": {"input_tokens": 13, "output_tokens": 1}}})),
-                    ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-                    ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello from stand-in"}})),
+                        "usage": {"input_tokens": 13, "output_tokens": 1}}}),
+                    ),
+                    ev(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                    ),
+                    ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello from stand-in"}}),
+                    ),
                     ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-                    ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 6}})),
+                    ev(
+                        "message_delta",
+                        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 6}}),
+                    ),
                     ev("message_stop", json!({"type": "message_stop"})),
                 ];
                 write_sse(&mut sock, &texts, &gate, &gated).await?;
@@ -208,7 +229,10 @@ async fn write_sse(
     gate: &Semaphore,
     gated: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<()> {
-    sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n").await?;
+    sock.write_all(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
+    )
+    .await?;
     for (i, e) in events.iter().enumerate() {
         sock.write_all(e.as_bytes()).await?;
         sock.flush().await?;
