@@ -114,11 +114,14 @@ fn streams_reach_the_client_before_the_upstream_finishes_and_usage_is_read() {
         let seen = up.requests().pop().unwrap();
         assert_eq!(seen.json()["stream_options"]["include_usage"], true);
 
-        let m =
-            |dir: &str| g.metric("tollgate_tokens_total", &["model=\"gpt-4o-mini\"", &format!("direction=\"{dir}\"")]);
-        assert_eq!((m("prompt"), m("completion")), (11.0, 7.0));
-        let cost = g.metric("tollgate_cost_usd_total", &["model=\"gpt-4o-mini\""]);
-        assert!((cost - (11.0 * 0.15 + 7.0 * 0.60) / 1e6).abs() < 1e-12, "cost {cost}");
+        let m = |dir: &str, want: f64| {
+            let labels = ["model=\"gpt-4o-mini\"", &format!("direction=\"{dir}\"")];
+            g.metric_eventually("tollgate_tokens_total", &labels, want)
+        };
+        assert_eq!((m("prompt", 11.0), m("completion", 7.0)), (11.0, 7.0));
+        let want = (11.0 * 0.15 + 7.0 * 0.60) / 1e6;
+        let cost = g.metric_eventually("tollgate_cost_usd_total", &["model=\"gpt-4o-mini\""], want);
+        assert!((cost - want).abs() < 1e-12, "cost {cost}");
 
         // A client that asked for usage gets the usage chunk. (Permits first: the stand-in is gated.)
         up.release();
@@ -140,12 +143,14 @@ fn streams_reach_the_client_before_the_upstream_finishes_and_usage_is_read() {
         );
         assert_eq!(r.status, 200);
         assert!(r.text().contains("event: message_stop"));
-        let m = |dir: &str| {
-            g.metric("tollgate_tokens_total", &["model=\"claude-3-5-haiku\"", &format!("direction=\"{dir}\"")])
+        let m = |dir: &str, want: f64| {
+            let labels = ["model=\"claude-3-5-haiku\"", &format!("direction=\"{dir}\"")];
+            g.metric_eventually("tollgate_tokens_total", &labels, want)
         };
-        assert_eq!((m("prompt"), m("completion")), (13.0, 6.0));
-        let cost = g.metric("tollgate_cost_usd_total", &["model=\"claude-3-5-haiku\""]);
-        assert!((cost - (13.0 * 0.80 + 6.0 * 4.0) / 1e6).abs() < 1e-12, "cost {cost}");
+        assert_eq!((m("prompt", 13.0), m("completion", 6.0)), (13.0, 6.0));
+        let want = (13.0 * 0.80 + 6.0 * 4.0) / 1e6;
+        let cost = g.metric_eventually("tollgate_cost_usd_total", &["model=\"claude-3-5-haiku\""], want);
+        assert!((cost - want).abs() < 1e-12, "cost {cost}");
         assert_no_client_key(&up);
     }
 }
@@ -186,7 +191,7 @@ fn body_limit_upstream_failure_and_timeout() {
     assert_eq!(r.status, 503);
     assert_eq!(r.json()["type"], "error");
     assert_eq!(r.json()["error"]["type"], "not_configured");
-    assert!(g.metric("tollgate_requests_total", &["status=\"504\""]) >= 1.0);
+    assert_eq!(g.metric_eventually("tollgate_requests_total", &["status=\"504\""], 1.0), 1.0);
 }
 
 #[test]

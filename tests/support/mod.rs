@@ -240,7 +240,7 @@ impl Gateway {
             .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' ')))
             .filter(|l| labels.iter().all(|f| l.contains(f)))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .fold(0.0, |a, b| a + b)
     }
 }
 
@@ -254,6 +254,21 @@ pub fn drop_postgres(url: &str) {
             let _ = pool.execute(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).await;
         }
     });
+}
+
+impl Gateway {
+    /// Metrics are recorded in Pingora's `logging` phase, just after the client has its answer:
+    /// wait (bounded) until the value shows up, then return what is there.
+    pub fn metric_eventually(&self, name: &str, labels: &[&str], expected: f64) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let v = self.metric(name, labels);
+            if (v - expected).abs() < 1e-12 || Instant::now() > deadline {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Gateway {
