@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::receipts::signer::Signer;
+use crate::receipts::writer::ReceiptQueue;
 use crate::sealing::MasterKey;
 use crate::snapshot::SnapshotHandle;
 use crate::store::Store;
@@ -16,6 +18,8 @@ pub struct App {
     pub master: Arc<MasterKey>,
     /// Upstream client of the management API (provider tests); the gateway owns its own pool.
     pub upstream: UpstreamClient,
+    pub receipts: ReceiptQueue,
+    pub signer: Arc<Signer>,
     pub started: Instant,
 }
 

@@ -132,11 +132,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let app = match crate::server::prepare(cfg) {
-                Ok(a) => a,
+            let prepared = match crate::server::prepare(cfg) {
+                Ok(p) => p,
                 Err(e) => return fail(e),
             };
-            let server = match crate::server::build(app.clone()) {
+            let app = prepared.app.clone();
+            let server = match crate::server::build(prepared) {
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };

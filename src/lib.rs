@@ -40,6 +40,7 @@ pub mod management;
 pub mod metrics;
 pub mod pricing;
 pub mod providers;
+pub mod receipts;
 pub mod sealing;
 pub mod secret;
 pub mod server;

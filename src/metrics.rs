@@ -4,7 +4,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_counter_vec, register_histogram_vec, register_int_counter_vec, CounterVec, HistogramVec, IntCounterVec,
+    register_counter_vec, register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec,
+    register_int_gauge, CounterVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
 pub struct Metrics {
@@ -15,6 +16,10 @@ pub struct Metrics {
     pub cost: CounterVec,
     pub errors: IntCounterVec,
     pub management_requests: IntCounterVec,
+    pub receipts_written: IntCounter,
+    pub receipt_queue_depth: IntGauge,
+    pub receipt_batch_size: Histogram,
+    pub receipt_write_seconds: Histogram,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -61,4 +66,20 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["method", "status"]
     )
     .expect("register tollgate_management_requests_total"),
+    receipts_written: register_int_counter!("tollgate_receipts_written_total", "Receipts appended to the chains")
+        .expect("register tollgate_receipts_written_total"),
+    receipt_queue_depth: register_int_gauge!("tollgate_receipt_queue_depth", "Receipts queued and not yet written")
+        .expect("register tollgate_receipt_queue_depth"),
+    receipt_batch_size: register_histogram!(
+        "tollgate_receipt_batch_size",
+        "Receipts per append transaction",
+        vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0]
+    )
+    .expect("register tollgate_receipt_batch_size"),
+    receipt_write_seconds: register_histogram!(
+        "tollgate_receipt_write_seconds",
+        "Time to seal and append one batch",
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("register tollgate_receipt_write_seconds"),
 });

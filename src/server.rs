@@ -16,6 +16,8 @@ use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::management::ManagementApp;
 use crate::pricing::Pricing;
+use crate::receipts::signer::Signer;
+use crate::receipts::writer::ReceiptWriter;
 use crate::sealing::MasterKey;
 use crate::snapshot::{Snapshot, SnapshotHandle};
 use crate::store::{self, Store};
@@ -29,15 +31,23 @@ pub enum StartError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
     Seal(#[from] crate::sealing::SealError),
+    #[error("{0}")]
+    Signer(#[from] crate::receipts::signer::SignerError),
     #[error("cannot listen on {addr} ({what}): {err}")]
     Listen { addr: String, what: &'static str, err: std::io::Error },
     #[error("pingora: {0}")]
     Pingora(String),
 }
 
+/// The shared state plus the receipt writer, which becomes a background service.
+pub struct Prepared {
+    pub app: Arc<App>,
+    writer: ReceiptWriter,
+}
+
 /// Connects, migrates, opens secrets and builds the first snapshot: everything `serve` needs
 /// before it listens. Database work runs on the database runtime.
-pub fn prepare(cfg: Config) -> Result<Arc<App>, StartError> {
+pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let cfg = Arc::new(cfg);
     let rt = store::db_runtime();
     let store = rt.block_on(Store::connect(&cfg.database_url()))?;
@@ -48,14 +58,20 @@ pub fn prepare(cfg: Config) -> Result<Arc<App>, StartError> {
     let pricing = Arc::new(Pricing::from_config(&cfg)?);
     let snapshot = Arc::new(SnapshotHandle::new(Snapshot::empty(cfg.clone(), pricing), store.clone(), master.clone()));
     rt.block_on(snapshot.rebuild())?;
-    Ok(Arc::new(App {
+    let signer = Arc::new(Signer::load_or_create(&cfg.signing_key_path())?);
+    rt.block_on(crate::receipts::signer::register(&store, &signer))?;
+    let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone());
+    let app = Arc::new(App {
         upstream: UpstreamClient::new(App::upstream_timeouts(&cfg)),
         config: cfg,
         store,
         snapshot,
         master,
+        receipts,
+        signer,
         started: Instant::now(),
-    }))
+    });
+    Ok(Prepared { app, writer })
 }
 
 /// On an empty database: tenant `default` and one manager key, printed once to stderr.
@@ -78,7 +94,8 @@ fn check_port(addr: &crate::config::ListenAddr, what: &'static str) -> Result<()
     TcpListener::bind(addr.0).map(drop).map_err(|err| StartError::Listen { addr: addr.to_string(), what, err })
 }
 
-pub fn build(app: Arc<App>) -> Result<Server, StartError> {
+pub fn build(prepared: Prepared) -> Result<Server, StartError> {
+    let Prepared { app, writer } = prepared;
     let cfg = app.config.clone();
     check_port(&cfg.listen.gateway, "gateway")?;
     check_port(&cfg.listen.management, "management")?;
@@ -109,6 +126,7 @@ pub fn build(app: Arc<App>) -> Result<Server, StartError> {
     server.add_service(prom);
 
     server.add_service(background_service("snapshot refresh", Refresher { app }));
+    server.add_service(background_service("receipt writer", writer));
     Ok(server)
 }
 

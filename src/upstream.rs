@@ -158,25 +158,35 @@ impl UpstreamClient {
             set(&mut req, "content-length", body.len().to_string())?;
         }
 
-        let (mut session, reused) =
-            self.connector.get_http_session(&peer).await.map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
-        // The connector does not carry the peer's read/write timeouts into the session.
-        session.set_read_timeout(Some(self.timeouts.read));
-        session.set_write_timeout(Some(self.timeouts.read));
-        let sent = async {
-            session.write_request_header(Box::new(req)).await?;
-            if !body.is_empty() {
-                session.write_request_body(body, true).await?;
+        // A pooled connection may have been closed by the server while idle; that is not the
+        // provider failing, so such a failure (never a timeout) is retried once on another one.
+        let mut attempt = 0;
+        let session = loop {
+            attempt += 1;
+            let (mut session, reused) =
+                self.connector.get_http_session(&peer).await.map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
+            // The connector does not carry the peer's read/write timeouts into the session.
+            session.set_read_timeout(Some(self.timeouts.read));
+            session.set_write_timeout(Some(self.timeouts.read));
+            let sent = async {
+                session.write_request_header(Box::new(req.clone())).await?;
+                if !body.is_empty() {
+                    session.write_request_body(body.clone(), true).await?;
+                }
+                session.finish_request_body().await?;
+                session.read_response_header().await
             }
-            session.finish_request_body().await?;
-            session.read_response_header().await
-        }
-        .await;
-        if let Err(e) = sent {
-            // A pooled connection the server already closed: not the provider's failure.
-            let hint = if reused { "request on reused connection" } else { "request" };
-            return Err(UpstreamError::from_pingora(&e, hint));
-        }
+            .await;
+            match sent {
+                Ok(()) => break session,
+                Err(e) => {
+                    let err = UpstreamError::from_pingora(&e, "request");
+                    if !(reused && attempt == 1 && matches!(err, UpstreamError::Failed(_))) {
+                        return Err(err);
+                    }
+                }
+            }
+        };
         let header =
             session.response_header().cloned().ok_or_else(|| UpstreamError::Failed("no response header".into()))?;
         Ok(UpstreamResponse { client: self, session: Some(session), peer, header, done: false })

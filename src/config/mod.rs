@@ -53,6 +53,7 @@ pub struct StorageSection {
     pub data_dir: PathBuf,
     pub database_url: String,
     pub master_key_file: String,
+    pub signing_key_file: String,
     pub snapshot_refresh_ms: u64,
 }
 
@@ -130,6 +131,7 @@ impl Default for StorageSection {
             data_dir: PathBuf::from("./data"),
             database_url: String::new(),
             master_key_file: String::new(),
+            signing_key_file: String::new(),
             snapshot_refresh_ms: 2000,
         }
     }
@@ -268,6 +270,14 @@ impl Config {
             self.storage.data_dir.join("master.key")
         } else {
             PathBuf::from(&self.storage.master_key_file)
+        }
+    }
+
+    pub fn signing_key_path(&self) -> PathBuf {
+        if self.storage.signing_key_file.is_empty() {
+            self.storage.data_dir.join("signing.key")
+        } else {
+            PathBuf::from(&self.storage.signing_key_file)
         }
     }
 

@@ -52,7 +52,7 @@ pub async fn relay(
     mut resp: UpstreamResponse<'_>,
     dialect: Dialect,
     hide_usage_chunk: bool,
-    request_id: &str,
+    ids: &[(&'static str, String)],
 ) -> Relayed {
     let status = resp.header.status.as_u16();
     let is_sse = resp
@@ -72,7 +72,9 @@ pub async fn relay(
             let _ = header.append_header(name.clone(), value.clone());
         }
     }
-    let _ = header.insert_header("x-request-id", request_id);
+    for (k, v) in ids {
+        let _ = header.insert_header(*k, v.as_str());
+    }
     match (&upstream_len, is_sse) {
         // Unchanged bytes: keep the upstream's length so the client can frame it.
         (Some(len), false) => {
@@ -96,7 +98,7 @@ pub async fn relay(
             Ok(None) => break,
             Err(e) => {
                 out.outcome = UpstreamOutcome::from_error(&e);
-                log::warn!("request {request_id}: upstream broke off mid-answer: {e}");
+                log::warn!("upstream broke off mid-answer: {e}");
                 return out;
             }
         };

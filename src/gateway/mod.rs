@@ -27,6 +27,8 @@ use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::METRICS;
 use crate::providers::{self, Usage};
 use crate::snapshot::{KeyEntry, Snapshot};
+use crate::receipts::writer::InFlight;
+use crate::receipts::{self, Check, Draft, Kind};
 use crate::upstream::{UpstreamClient, UpstreamError};
 pub use exchange::UpstreamOutcome;
 use routes::Route;
@@ -48,6 +50,10 @@ pub struct Ctx {
     started: Instant,
     snap: Arc<Snapshot>,
     request_id: String,
+    receipt_id: String,
+    end_user: Option<String>,
+    /// Keeps the receipt writer from finishing its shutdown drain while this request runs.
+    _in_flight: InFlight,
     route: Option<Route>,
     key: Option<Arc<KeyEntry>>,
     provider: Option<ProviderName>,
@@ -57,6 +63,54 @@ pub struct Ctx {
     usage: Option<Usage>,
     cost_usd: f64,
     upstream: UpstreamOutcome,
+}
+
+fn header_str(session: &Session, name: &str) -> Option<String> {
+    let v = session.req_header().headers.get(name)?.to_str().ok()?.trim();
+    (!v.is_empty()).then(|| v.chars().take(128).collect())
+}
+
+impl Ctx {
+    /// Identifiers every gateway answer carries; the receipt id only when a receipt will exist.
+    fn answer_headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = vec![("x-request-id", self.request_id.clone())];
+        if self.key.is_some() {
+            h.push(("x-tollgate-receipt-id", self.receipt_id.clone()));
+        }
+        h
+    }
+
+    /// The receipt of this request; None when no valid key was presented.
+    fn draft(&self) -> Option<Draft> {
+        let key = self.key.as_ref()?;
+        let actor = match &self.end_user {
+            Some(u) => format!("{}/{u}", key.record.id),
+            None => key.record.id.clone(),
+        };
+        let (result, status) = match self.upstream {
+            UpstreamOutcome::Pass => ("PASS", "ok"),
+            UpstreamOutcome::Fail => ("FAIL", "error"),
+            UpstreamOutcome::Timeout => ("TIMEOUT", "timeout"),
+            UpstreamOutcome::Skipped => ("SKIPPED", "skipped"),
+        };
+        let usage = self.usage.unwrap_or_default();
+        Some(Draft {
+            tenant_id: key.record.tenant_id.clone(),
+            receipt_id: self.receipt_id.clone(),
+            request_id: self.request_id.clone(),
+            actor,
+            provider: self.provider.map(|p| p.as_str().to_string()).unwrap_or_default(),
+            model: self.model.clone(),
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cost_usd: self.cost_usd,
+            checks: vec![Check { name: "UPSTREAM".into(), result: result.into() }],
+            upstream_status: status.into(),
+            ts: receipts::receipt_ts(chrono::Utc::now()),
+            kind: Kind::ModelCall,
+            pack_version: String::new(),
+        })
+    }
 }
 
 /// The presented key: `Authorization: Bearer …`, or `x-api-key` (Anthropic clients).
@@ -79,11 +133,15 @@ impl Gateway {
         let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
         ctx.key = Some(key.clone());
+        ctx.end_user = header_str(session, "x-tollgate-actor");
 
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
         let parsed = request::parse(route, raw, &ctx.snap)?;
         ctx.provider = Some(parsed.provider);
         ctx.model = parsed.model.clone();
+        if ctx.end_user.is_none() {
+            ctx.end_user = parsed.json.get("user").and_then(|u| u.as_str()).map(str::to_string);
+        }
 
         let cred = ctx.snap.provider(key.tenant_id(), parsed.provider).cloned().ok_or_else(|| {
             ApiError::new(
@@ -140,7 +198,7 @@ impl Gateway {
             .with_label_values(&[parsed.provider.as_str()])
             .observe(sent_at.elapsed().as_secs_f64());
 
-        let relayed = exchange::relay(session, resp, call.dialect, hide_usage_chunk, &ctx.request_id).await;
+        let relayed = exchange::relay(session, resp, call.dialect, hide_usage_chunk, &ctx.answer_headers()).await;
         ctx.status = relayed.status;
         ctx.upstream = relayed.outcome;
         ctx.usage = relayed.usage;
@@ -164,6 +222,9 @@ impl ProxyHttp for Gateway {
             started: Instant::now(),
             snap: self.app.snapshot.load(),
             request_id: String::new(),
+            receipt_id: uuid::Uuid::now_v7().to_string(),
+            end_user: None,
+            _in_flight: self.app.receipts.in_flight(),
             route: None,
             key: None,
             provider: None,
@@ -191,7 +252,7 @@ impl ProxyHttp for Gateway {
             let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
             ctx.status = e.status();
             ctx.error = Some(e.kind);
-            respond::error(session, &e, flavor, &ctx.request_id).await?;
+            respond::error(session, &e, flavor, ctx.answer_headers()).await?;
         }
         Ok(true)
     }
@@ -201,8 +262,12 @@ impl ProxyHttp for Gateway {
         Err(Error::explain(ErrorType::InternalError, "the gateway does not proxy through pingora"))
     }
 
-    /// Runs once per request after the answer, also on errors: metrics.
+    /// Runs once per request after the answer, also on errors: the receipt goes to the writer's
+    /// queue (never to the database from here), then metrics.
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        if let Some(draft) = ctx.draft() {
+            self.app.receipts.submit(draft).await;
+        }
         let route = ctx.route.map(Route::label).unwrap_or("unknown");
         let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
         let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };

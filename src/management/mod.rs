@@ -11,10 +11,12 @@ mod status;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::BytesMut;
-use http::{Method, Response};
-use pingora::apps::http_app::ServeHttp;
+use bytes::{Bytes, BytesMut};
+use http::Method;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -55,6 +57,15 @@ impl Caller {
 pub enum Reply {
     Json(u16, Value),
     NoContent,
+    /// A body produced piece by piece (exports), so large answers never sit in memory whole.
+    Stream { headers: Vec<(&'static str, String)>, body: Box<dyn BodyStream> },
+}
+
+/// A streamed response body.
+#[async_trait]
+pub trait BodyStream: Send {
+    /// The next piece; `Ok(None)` at the end. An error ends the response early.
+    async fn next(&mut self) -> Result<Option<Bytes>, ApiError>;
 }
 
 pub type Handled = Result<Reply, ApiError>;
@@ -221,34 +232,112 @@ impl ManagementApp {
     }
 }
 
-fn json_response(status: u16, body: Vec<u8>) -> Response<Vec<u8>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .header("content-length", body.len())
-        .body(body)
-        .unwrap_or_else(|_| Response::new(Vec::new()))
+fn json_header(status: u16, len: usize) -> ResponseHeader {
+    let mut h = ResponseHeader::build(status, Some(3)).expect("valid status");
+    let _ = h.insert_header("content-type", "application/json");
+    let _ = h.insert_header("content-length", len.to_string());
+    h
+}
+
+impl ManagementApp {
+    /// Writes the answer; false when the connection cannot be reused.
+    async fn answer(&self, http: &mut ServerSession, reply: Handled) -> bool {
+        let method = http.req_header().method.to_string();
+        let (status, written) = match reply {
+            Ok(Reply::Json(status, v)) => {
+                let body = serde_json::to_vec(&v).unwrap_or_default();
+                (status, write_whole(http, json_header(status, body.len()), body).await)
+            }
+            Ok(Reply::NoContent) => {
+                let h = ResponseHeader::build(204, Some(1)).expect("valid status");
+                (204, write_whole(http, h, Vec::new()).await)
+            }
+            Ok(Reply::Stream { headers, body }) => (200, write_stream(http, headers, body).await),
+            Err(e) => {
+                METRICS.errors.with_label_values(&[e.kind.type_name(), "management"]).inc();
+                let body = e.body(Flavor::Plain);
+                let mut h = json_header(e.status(), body.len());
+                if e.status() == 413 {
+                    // The rest of the body was not read: the connection cannot be reused.
+                    let _ = h.insert_header("connection", "close");
+                    http.set_keepalive(None);
+                }
+                (e.status(), write_whole(http, h, body).await)
+            }
+        };
+        METRICS.management_requests.with_label_values(&[&method, &status.to_string()]).inc();
+        written
+    }
+}
+
+async fn write_whole(http: &mut ServerSession, header: ResponseHeader, body: Vec<u8>) -> bool {
+    if http.write_response_header(Box::new(header)).await.is_err() {
+        return false;
+    }
+    if body.is_empty() {
+        return true;
+    }
+    http.write_response_body(Bytes::from(body), true).await.is_ok()
+}
+
+async fn write_stream(
+    http: &mut ServerSession,
+    headers: Vec<(&'static str, String)>,
+    mut body: Box<dyn BodyStream>,
+) -> bool {
+    let mut h = ResponseHeader::build(200, Some(headers.len() + 1)).expect("valid status");
+    for (k, v) in headers {
+        let _ = h.insert_header(k, v);
+    }
+    if !http.is_http2() {
+        let _ = h.insert_header("transfer-encoding", "chunked");
+    }
+    if http.write_response_header(Box::new(h)).await.is_err() {
+        return false;
+    }
+    loop {
+        match body.next().await {
+            Ok(Some(chunk)) => {
+                if http.write_response_body(chunk, false).await.is_err() {
+                    return false;
+                }
+            }
+            Ok(None) => return http.write_response_body(Bytes::new(), true).await.is_ok(),
+            Err(e) => {
+                // Headers are out: all we can do is cut the response short so it is not mistaken
+                // for a complete one.
+                log::error!("streamed response failed: {e}");
+                return false;
+            }
+        }
+    }
 }
 
 #[async_trait]
-impl ServeHttp for ManagementApp {
-    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let method = session.req_header().method.to_string();
-        let resp = match self.dispatch(session).await {
-            Ok(Reply::Json(status, v)) => json_response(status, serde_json::to_vec(&v).unwrap_or_default()),
-            Ok(Reply::NoContent) => Response::builder().status(204).body(Vec::new()).unwrap_or_default(),
+impl HttpServerApp for ManagementApp {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut http: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        match http.read_request().await {
+            Ok(true) => {}
+            Ok(false) => return None,
             Err(e) => {
-                METRICS.errors.with_label_values(&[e.kind.type_name(), "management"]).inc();
-                let mut r = json_response(e.status(), e.body(Flavor::Plain));
-                if e.status() == 413 {
-                    // The rest of the body was not read: the connection cannot be reused.
-                    r.headers_mut().insert("connection", http::HeaderValue::from_static("close"));
-                }
-                r
+                log::debug!("management: cannot read request: {e}");
+                return None;
             }
-        };
-        METRICS.management_requests.with_label_values(&[&method, resp.status().as_str()]).inc();
-        resp
+        }
+        http.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
+        let reply = self.dispatch(&mut http).await;
+        if !self.answer(&mut http, reply).await {
+            return None;
+        }
+        let settings = HttpPersistentSettings::for_session(&http);
+        match http.finish().await {
+            Ok(stream) => stream.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
+            Err(_) => None,
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod keys;
 pub mod providers;
+pub mod receipts;
 pub mod tenants;
 
 use std::future::Future;

@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# Load benchmark: the same small chat completion, in one run, against
+#   direct    the stand-in OpenAI upstream itself (benches/standin_upstream.rs),
+#   bare      a bare Pingora passthrough proxy in front of it (benches/bare_pingora.rs),
+#   tollgate  Tollgate's gateway in front of it (auth, routing, credentials, usage, receipts, metrics).
+# It prints req/s, p50 and p99 per target and the ratios; the headline is Tollgate vs bare
+# Pingora, i.e. what Tollgate's own logic costs on top of Pingora. See benches/README.md.
+#
+# Everything runs on 127.0.0.1 and every process it starts is stopped on exit.
+#
+# Settings (environment):
+#   TARGETS="direct bare tollgate"  which targets to run, in this order
+#   CONC=32  DURATION=10s  WARMUP=2s  connections, measured run and warm-up per target
+#   ROUNDS=1            repeat all targets N times (interleaved); the table shows medians
+#   BARE_THREADS=2      bare Pingora worker threads (2 = Tollgate's default server.threads)
+#   TOLLGATE_LOG=warn   Tollgate's log filter during the run
+#   STANDIN_PORT=18091 BARE_PORT=18092 TG_GATEWAY_PORT=18093 TG_MANAGEMENT_PORT=18094 TG_METRICS_PORT=18095
+#   SKIP_BUILD=1        use the binaries already in target/release
+#   RESULTS=FILE        also write the medians as TSV to FILE
+#   KEEP_LOGS=1         keep the temp dir (server logs, wrk outputs) after the run
+#
+# NOTE on 2-core machines: wrk runs on the same cores as the servers it measures, so every
+# target's figure includes contention with the load generator (and, for the proxies, with the
+# stand-in upstream behind them). Absolute req/s are therefore low and the proxies are penalised
+# more than `direct` (three busy processes instead of two). Compare ratios, not absolute numbers,
+# and compare Tollgate with bare Pingora (same process layout, same threads) above all. We keep
+# `wrk -t2` on purpose: one wrk thread cannot saturate even the direct target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HOST=127.0.0.1
+TARGETS=${TARGETS:-"direct bare tollgate"}
+CONC=${CONC:-32}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+ROUNDS=${ROUNDS:-1}
+BARE_THREADS=${BARE_THREADS:-2}
+STANDIN_PORT=${STANDIN_PORT:-18091}
+BARE_PORT=${BARE_PORT:-18092}
+TG_GATEWAY_PORT=${TG_GATEWAY_PORT:-18093}
+TG_MANAGEMENT_PORT=${TG_MANAGEMENT_PORT:-18094}
+TG_METRICS_PORT=${TG_METRICS_PORT:-18095}
+SKIP_BUILD=${SKIP_BUILD:-0}
+RESULTS=${RESULTS:-}
+KEEP_LOGS=${KEEP_LOGS:-0}
+BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
+LUA=benches/post_chat.lua
+CHAT_BODY='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
+
+die() {
+  echo "load.sh: $*" >&2
+  exit 1
+}
+want() { [[ " $TARGETS " == *" $1 "* ]]; }
+
+for t in $TARGETS; do
+  case "$t" in direct | bare | tollgate) ;; *) die "unknown target '$t' in TARGETS (use direct, bare, tollgate)" ;; esac
+done
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+[[ "$CONC" =~ ^[1-9][0-9]*$ ]] && [ "$CONC" -ge 2 ] || die "CONC must be an integer >= 2 (wrk -t2 needs a connection per thread)"
+
+# wrk durations: 10s, 2m, 1h or plain seconds. Used to bound each wrk run with `timeout`.
+dur_secs() {
+  case "$1" in
+    *s) echo "${1%s}" ;;
+    *m) echo $((${1%m} * 60)) ;;
+    *h) echo $((${1%h} * 3600)) ;;
+    *) echo "$1" ;;
+  esac
+}
+for d in "$DURATION" "$WARMUP"; do
+  [[ "$(dur_secs "$d")" =~ ^[0-9]+$ ]] || die "bad duration '$d' (use e.g. 10s, 1m)"
+done
+
+# ---- tools ----------------------------------------------------------------------------------
+command -v curl >/dev/null || die "curl is required"
+if ! command -v wrk >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "load.sh: installing wrk"
+    apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }
+  else
+    die "wrk is not installed; install it (e.g. sudo apt-get install -y wrk) and run again"
+  fi
+fi
+
+# ---- processes and cleanup ------------------------------------------------------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-load.XXXXXX")
+PIDS=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local pid
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Pingora finishes within its grace period (0 s for the helpers, 1 s for Tollgate); then force.
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in ${PIDS[@]+"${PIDS[@]}"}; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$rc" != 0 ] || [ "$KEEP_LOGS" = 1 ]; then
+    echo "load.sh: logs kept in $WORK" >&2
+  else
+    rm -rf "$WORK"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# start NAME CMD...: runs CMD in the background, output to $WORK/NAME.log; sets LAST_PID.
+start() {
+  local name=$1
+  shift
+  "$@" >"$WORK/$name.log" 2>&1 &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+
+# wait_http NAME PID URL: until URL answers 200 (30 s), failing early if the process died.
+wait_http() {
+  local name=$1 pid=$2 url=$3 code
+  for _ in $(seq 300); do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$WORK/$name.log" >&2; die "$name exited during start-up"; }
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" || true)
+    [ "$code" = 200 ] && return 0
+    sleep 0.1
+  done
+  tail -n 20 "$WORK/$name.log" >&2
+  die "$name did not answer 200 on $url within 30 s (last status: $code)"
+}
+
+# check_chat NAME URL: one request like wrk's; must be 200 with a usage object (10 s of retries).
+check_chat() {
+  local name=$1 url=$2 code
+  for _ in $(seq 100); do
+    code=$(curl -s -o "$WORK/$name.check" -w '%{http_code}' --max-time 5 -X POST \
+      -H 'Content-Type: application/json' -H "Authorization: Bearer $KEY" --data "$CHAT_BODY" "$url" || true)
+    if [ "$code" = 200 ] && grep -q '"prompt_tokens"' "$WORK/$name.check"; then return 0; fi
+    sleep 0.1
+  done
+  echo "last answer ($code): $(head -c 400 "$WORK/$name.check" 2>/dev/null)" >&2
+  die "$name: POST /v1/chat/completions does not answer 200 with usage"
+}
+
+# ---- build ----------------------------------------------------------------------------------
+if [ "$SKIP_BUILD" != 1 ]; then
+  build=()
+  want tollgate && build+=(--bin tollgate)
+  build+=(--example standin_upstream)
+  want bare && build+=(--example bare_pingora)
+  echo "load.sh: cargo build --release ${build[*]}"
+  cargo build --release "${build[@]}"
+fi
+STANDIN_BIN="$BIN_DIR/examples/standin_upstream"
+BARE_BIN="$BIN_DIR/examples/bare_pingora"
+TG_BIN="$BIN_DIR/tollgate"
+[ -x "$STANDIN_BIN" ] || die "missing $STANDIN_BIN (build it or unset SKIP_BUILD)"
+want bare && { [ -x "$BARE_BIN" ] || die "missing $BARE_BIN"; }
+want tollgate && { [ -x "$TG_BIN" ] || die "missing $TG_BIN"; }
+
+ports=("$STANDIN_PORT")
+want bare && ports+=("$BARE_PORT")
+want tollgate && ports+=("$TG_GATEWAY_PORT" "$TG_MANAGEMENT_PORT" "$TG_METRICS_PORT")
+for p in "${ports[@]}"; do
+  port_busy "$p" && die "port $p on $HOST is already in use (set STANDIN_PORT, BARE_PORT, TG_*_PORT)"
+done
+
+# ---- start the targets ----------------------------------------------------------------------
+# Same bearer header size on every target; the stand-in and bare Pingora ignore its value.
+KEY="tollgate_sk_$(printf '%040d' 0)"
+declare -A URL
+STANDIN="$HOST:$STANDIN_PORT"
+
+start standin "$STANDIN_BIN" "$STANDIN"
+wait_http standin "$LAST_PID" "http://$STANDIN/v1/models"
+URL[direct]="http://$STANDIN/v1/chat/completions"
+
+if want bare; then
+  start bare "$BARE_BIN" "$HOST:$BARE_PORT" "$STANDIN" "$BARE_THREADS"
+  wait_http bare "$LAST_PID" "http://$HOST:$BARE_PORT/v1/models"
+  URL[bare]="http://$HOST:$BARE_PORT/v1/chat/completions"
+fi
+
+if want tollgate; then
+  # A fresh SQLite database in the temp dir; nothing from the caller's Tollgate setup is used.
+  unset TOLLGATE_CONFIG TOLLGATE_DATABASE_URL TOLLGATE_MASTER_KEY
+  export TOLLGATE_DATA_DIR="$WORK/data"
+  export TOLLGATE_GATEWAY_LISTEN="$HOST:$TG_GATEWAY_PORT"
+  export TOLLGATE_MANAGEMENT_LISTEN="$HOST:$TG_MANAGEMENT_PORT"
+  export TOLLGATE_METRICS_LISTEN="$HOST:$TG_METRICS_PORT"
+  export TOLLGATE_LOG="${TOLLGATE_LOG:-warn}"
+  mkdir -p "$TOLLGATE_DATA_DIR"
+  created=$("$TG_BIN" tenant create --name load --json 2>"$WORK/tenant.log") \
+    || { cat "$WORK/tenant.log" >&2; die "tollgate tenant create failed"; }
+  KEY=$(printf '%s\n' "$created" | sed -n 's/.*"key"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' | head -n1)
+  [ -n "$KEY" ] || die "could not read the key from: $created"
+
+  start tollgate "$TG_BIN" serve
+  MGMT="http://$HOST:$TG_MANAGEMENT_PORT"
+  wait_http tollgate "$LAST_PID" "$MGMT/status"
+  code=$(curl -s -o "$WORK/provider.json" -w '%{http_code}' --max-time 10 -X PUT \
+    -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    --data "{\"api_key\":\"sk-load\",\"base_url\":\"http://$STANDIN\"}" "$MGMT/v1/providers/openai" || true)
+  case "$code" in 200 | 201) ;; *) cat "$WORK/provider.json" >&2 2>/dev/null || true; die "PUT /v1/providers/openai answered $code" ;; esac
+  URL[tollgate]="http://$HOST:$TG_GATEWAY_PORT/v1/chat/completions"
+fi
+
+for t in $TARGETS; do check_chat "$t" "${URL[$t]}"; done
+
+# ---- load -----------------------------------------------------------------------------------
+# parse_wrk FILE -> "rps p50_ms p99_ms non2xx socket_errors requests"
+parse_wrk() {
+  awk '
+    function ms(v) {
+      if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
+      if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
+      if (v ~ /m$/)  return substr(v, 1, length(v) - 1) * 60000
+      if (v ~ /s$/)  return substr(v, 1, length(v) - 1) * 1000
+      return v + 0
+    }
+    $1 == "50%" { p50 = ms($2) }
+    $1 == "99%" { p99 = ms($2) }
+    /^Requests\/sec:/ { rps = $2 }
+    /Non-2xx or 3xx responses:/ { non2xx = $5 }
+    /Socket errors:/ { gsub(",", ""); err = $4 + $6 + $8 + $10 }
+    / requests in / { n = $1 }
+    END {
+      if (rps == "" || p50 == "") exit 1
+      printf "%s %.3f %.3f %d %d %d\n", rps, p50, p99, non2xx, err, n
+    }' "$1"
+}
+
+run_wrk() { # run_wrk OUT DURATION URL [--latency]
+  local out=$1 dur=$2 url=$3
+  shift 3
+  KEY="$KEY" timeout --signal=INT --kill-after=5 $(($(dur_secs "$dur") + 30)) \
+    wrk -t2 -c"$CONC" -d"$dur" "$@" -s "$LUA" "$url" >"$out" 2>&1 \
+    || { cat "$out" >&2; die "wrk failed against $url"; }
+}
+
+echo "load.sh: $(nproc) CPUs; wrk -t2 -c$CONC -d$DURATION (warm-up $WARMUP) x $ROUNDS round(s); targets: $TARGETS"
+: >"$WORK/raw"
+for r in $(seq "$ROUNDS"); do
+  for t in $TARGETS; do
+    run_wrk "$WORK/$t.warmup.$r" "$WARMUP" "${URL[$t]}"
+    run_wrk "$WORK/$t.wrk.$r" "$DURATION" "${URL[$t]}" --latency
+    line=$(parse_wrk "$WORK/$t.wrk.$r") || { cat "$WORK/$t.wrk.$r" >&2; die "could not parse wrk output for $t"; }
+    echo "$t $line" >>"$WORK/raw"
+    read -r rps p50 p99 non2xx err n <<<"$line"
+    printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  (%s requests, %s non-2xx, %s socket errors)\n' \
+      "$r" "$t" "$rps" "$p50" "$p99" "$n" "$non2xx" "$err"
+  done
+done
+
+# ---- report ---------------------------------------------------------------------------------
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$WORK/raw"; }
+sum() { awk -v t="$1" -v c="$2" '$1 == t { s += $c } END { print s + 0 }' "$WORK/raw"; }
+declare -A RPS P50 P99 BAD ERR
+for t in $TARGETS; do
+  RPS[$t]=$(col "$t" 2 | median)
+  P50[$t]=$(col "$t" 3 | median)
+  P99[$t]=$(col "$t" 4 | median)
+  BAD[$t]=$(sum "$t" 5)
+  ERR[$t]=$(sum "$t" 6)
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
+
+echo
+[ "$ROUNDS" -gt 1 ] && echo "medians of $ROUNDS rounds"
+printf '%-10s %11s %9s %9s %8s %8s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms non-2xx sockerr \
+  "req/s÷dir" "p50÷dir" "p99÷dir"
+for t in $TARGETS; do
+  if want direct; then
+    r1=$(ratio "${RPS[$t]}" "${RPS[direct]}")
+    r2=$(ratio "${P50[$t]}" "${P50[direct]}")
+    r3=$(ratio "${P99[$t]}" "${P99[direct]}")
+  else
+    r1=- r2=- r3=-
+  fi
+  printf '%-10s %11.0f %9.3f %9.3f %8d %8d   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" \
+    "${BAD[$t]}" "${ERR[$t]}" "$r1" "$r2" "$r3"
+done
+
+if want bare && want tollgate; then
+  echo
+  awk -v tr="${RPS[tollgate]}" -v br="${RPS[bare]}" -v t50="${P50[tollgate]}" -v b50="${P50[bare]}" \
+    -v t99="${P99[tollgate]}" -v b99="${P99[bare]}" 'BEGIN {
+      printf "HEADLINE Tollgate vs bare Pingora: throughput %.2fx (%+.1f%%), p50 %.2fx (%+.3f ms), p99 %.2fx (%+.3f ms)\n",
+        tr / br, (tr / br - 1) * 100, t50 / b50, t50 - b50, t99 / b99, t99 - b99
+    }'
+fi
+
+if [ -n "$RESULTS" ]; then
+  {
+    printf 'target\treq_s\tp50_ms\tp99_ms\tnon2xx\tsocket_errors\n'
+    for t in $TARGETS; do printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${BAD[$t]}" "${ERR[$t]}"; done
+  } >"$RESULTS"
+  echo "load.sh: medians written to $RESULTS"
+fi
+
+failed=0
+for t in $TARGETS; do
+  if [ "${BAD[$t]}" -gt 0 ]; then
+    echo "load.sh: WARNING: $t answered ${BAD[$t]} non-2xx responses; its figures are not comparable" >&2
+    failed=1
+  fi
+done
+exit "$failed"

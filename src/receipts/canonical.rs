@@ -1,0 +1,160 @@
+//! The signed canonical receipt and its bytes, hash, signature and key id, exactly as
+//! `receipts.md` §1 says: JCS (RFC 8785) → SHA-256 → Ed25519.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// `prevHash` of `seq = 1`.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub result: String,
+}
+
+/// Exactly the signed members; nothing else may be added without a format version change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Receipt {
+    pub v: u32,
+    pub tenant_id: String,
+    pub seq: u64,
+    pub receipt_id: String,
+    pub request_id: String,
+    pub actor: String,
+    pub provider: String,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_usd: f64,
+    pub checks: Vec<Check>,
+    pub upstream_status: String,
+    pub ts: String,
+    pub prev_hash: String,
+}
+
+pub fn canonical_bytes<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json_canonicalizer::to_vec(value).expect("receipt members are plain JSON values")
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// `lowercase_hex(SHA-256(raw 32-byte public key))[0:16]`.
+pub fn key_id(public: &VerifyingKey) -> String {
+    sha256_hex(public.as_bytes())[..16].to_string()
+}
+
+/// A receipt with its chain hash and signature.
+#[derive(Debug, Clone)]
+pub struct Sealed {
+    pub receipt: Receipt,
+    pub canonical: Vec<u8>,
+    pub this_hash: String,
+    pub signature: String,
+}
+
+pub fn seal(receipt: Receipt, key: &SigningKey) -> Sealed {
+    let canonical = canonical_bytes(&receipt);
+    let this_hash = sha256_hex(&canonical);
+    let signature = B64.encode(key.sign(&canonical).to_bytes());
+    Sealed { receipt, canonical, this_hash, signature }
+}
+
+/// Checks `signature` (base64) over `canonical` with `public` (raw 32 bytes).
+pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]) -> bool {
+    let Ok(vk) = VerifyingKey::from_bytes(public) else { return false };
+    let Ok(raw) = B64.decode(signature_b64) else { return false };
+    let Ok(sig) = ed25519_dalek::Signature::from_slice(&raw) else { return false };
+    vk.verify(canonical, &sig).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// RFC 8785 §3.2.2 and Appendix B number vectors (IEEE-754 → ECMAScript text).
+    #[test]
+    fn rfc8785_vectors() {
+        let input: serde_json::Value = serde_json::from_str(
+            r#"{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+                "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+                "literals": [null, true, false]}"#,
+        )
+        .unwrap();
+        let out = String::from_utf8(canonical_bytes(&input)).unwrap();
+        assert_eq!(
+            out,
+            "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],\
+             \"string\":\"€$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"
+        );
+        // Property sorting by UTF-16 code units (RFC 8785 §3.2.3).
+        let sorted = canonical_bytes(&json!({"\u{20ac}": "Euro Sign", "\r": "Carriage Return", "1": "One",
+            "\u{1f600}": "Emoji: Grinning Face", "\u{80}": "Control", "\u{fb33}": "Hebrew Letter Dalet With Dagesh"}));
+        assert_eq!(
+            String::from_utf8(sorted).unwrap(),
+            "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{1f600}\":\"Emoji: Grinning Face\",\
+             \"\u{20ac}\":\"Euro Sign\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
+        );
+        for (f, text) in [(1e21, "1e+21"), (1e20, "100000000000000000000"), (5.85e-6, "0.00000585"), (1e-7, "1e-7"), (0.0, "0")]
+        {
+            assert_eq!(String::from_utf8(canonical_bytes(&f)).unwrap(), text);
+        }
+    }
+
+    fn golden_receipt() -> Receipt {
+        Receipt {
+            v: 1,
+            tenant_id: "01a204c8-0000-7000-8000-00000000beef".into(),
+            seq: 1,
+            receipt_id: "01a204c8-7a19-7530-9164-6478a4aeb252".into(),
+            request_id: "req-1".into(),
+            actor: "01a204c8-7a19-7530-9164-000000000001".into(),
+            provider: "openai".into(),
+            model: "gpt-4o-mini".into(),
+            prompt_tokens: 11,
+            completion_tokens: 7,
+            cost_usd: 5.85e-6,
+            checks: vec![Check { name: "UPSTREAM".into(), result: "PASS".into() }],
+            upstream_status: "ok".into(),
+            ts: "2026-11-22 19:42:57.049".into(),
+            prev_hash: GENESIS.into(),
+        }
+    }
+
+    /// Fixed key and fields → fixed bytes, hash and signature. The expected values were
+    /// computed independently (Python hashlib and `cryptography`'s Ed25519), so the format
+    /// cannot drift without this test failing.
+    #[test]
+    fn golden_receipt_bytes_hash_signature() {
+        let key = SigningKey::from_bytes(&[7u8; 32]);
+        let sealed = seal(golden_receipt(), &key);
+        assert_eq!(
+            String::from_utf8(sealed.canonical.clone()).unwrap(),
+            concat!(
+                r#"{"actor":"01a204c8-7a19-7530-9164-000000000001","checks":[{"name":"UPSTREAM","result":"PASS"}],"#,
+                r#""completionTokens":7,"costUsd":0.00000585,"model":"gpt-4o-mini","#,
+                r#""prevHash":"0000000000000000000000000000000000000000000000000000000000000000","promptTokens":11,"#,
+                r#""provider":"openai","receiptId":"01a204c8-7a19-7530-9164-6478a4aeb252","requestId":"req-1","seq":1,"#,
+                r#""tenantId":"01a204c8-0000-7000-8000-00000000beef","ts":"2026-11-22 19:42:57.049","upstreamStatus":"ok","v":1}"#
+            )
+        );
+        assert_eq!(sealed.this_hash, "8b98b84d393561ee9dbffc51bc09188e41345a27834f197ff474cb73e0619a0d");
+        assert_eq!(
+            sealed.signature,
+            "osxsnkfs+f2CvS6WsQCt9enaZF37mRBET9noelLzJatUYR8ggs8m8g7Mcp+lsWNxbsUm92DDZBum+nwm1oBNDQ=="
+        );
+        assert_eq!(key_id(&key.verifying_key()), "fe812c12f3ab4ce6");
+        let public = key.verifying_key().to_bytes();
+        assert!(verify_signature(&sealed.canonical, &sealed.signature, &public));
+        let mut tampered = sealed.canonical.clone();
+        tampered[10] ^= 1;
+        assert!(!verify_signature(&tampered, &sealed.signature, &public));
+    }
+}

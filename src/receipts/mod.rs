@@ -1,0 +1,53 @@
+//! Receipts: one Ed25519-signed, hash-chained record per request that presented a valid key.
+//!
+//! - `canonical`: the signed members, JCS bytes, hash, signature, key id (receipts.md §1)
+//! - `signer`: the signing key file and the signing-key registry
+//! - `writer`: the background service that assigns `seq`/`prevHash` and appends in batches
+//! - `chain`: re-deriving hashes and links over a range (verify-chain)
+
+pub mod canonical;
+pub mod chain;
+pub mod signer;
+pub mod writer;
+
+pub use canonical::{Check, Receipt};
+
+/// What the request path hands to the writer: everything but the chain fields.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    pub tenant_id: String,
+    pub receipt_id: String,
+    pub request_id: String,
+    pub actor: String,
+    pub provider: String,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_usd: f64,
+    pub checks: Vec<Check>,
+    pub upstream_status: String,
+    pub ts: String,
+    /// Unsigned side channels.
+    pub kind: Kind,
+    pub pack_version: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    ModelCall,
+    ToolCall,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ModelCall => "model_call",
+            Kind::ToolCall => "tool_call",
+        }
+    }
+}
+
+/// Receipt timestamps: UTC `YYYY-MM-DD HH:MM:SS.mmm`.
+pub fn receipt_ts(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+}

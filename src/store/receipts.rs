@@ -1,0 +1,298 @@
+//! Receipt rows: the batched, chained append and the reads of the receipt API.
+
+use std::collections::BTreeMap;
+
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{Backend, Store, StoreError};
+use crate::receipts::canonical::{self, Check, Receipt, GENESIS};
+use crate::receipts::Draft;
+
+/// A stored receipt: the signed members plus chain fields and side channels.
+#[derive(Debug, Clone)]
+pub struct StoredReceipt {
+    pub receipt: Receipt,
+    pub this_hash: String,
+    pub signature: String,
+    pub key_id: String,
+    pub kind: String,
+    pub pack_version: String,
+}
+
+const COLUMNS: &str = "tenant_id, seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
+     completion_tokens, cost_usd, checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
+     receipt_pack_version";
+
+fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
+    let checks: String = r.try_get("checks")?;
+    let checks: Vec<Check> =
+        serde_json::from_str(&checks).map_err(|e| sqlx::Error::Decode(format!("checks column: {e}").into()))?;
+    let n = |c: &str| -> Result<u64, sqlx::Error> { Ok(r.try_get::<i64, _>(c)?.max(0) as u64) };
+    Ok(StoredReceipt {
+        receipt: Receipt {
+            v: n("v")? as u32,
+            tenant_id: r.try_get("tenant_id")?,
+            seq: n("seq")?,
+            receipt_id: r.try_get("receipt_id")?,
+            request_id: r.try_get("request_id")?,
+            actor: r.try_get("actor")?,
+            provider: r.try_get("provider")?,
+            model: r.try_get("model")?,
+            prompt_tokens: n("prompt_tokens")?,
+            completion_tokens: n("completion_tokens")?,
+            cost_usd: r.try_get("cost_usd")?,
+            checks,
+            upstream_status: r.try_get("upstream_status")?,
+            ts: r.try_get("ts")?,
+            prev_hash: r.try_get("prev_hash")?,
+        },
+        this_hash: r.try_get("this_hash")?,
+        signature: r.try_get("signature")?,
+        key_id: r.try_get("key_id")?,
+        kind: r.try_get("kind")?,
+        pack_version: r.try_get("receipt_pack_version")?,
+    })
+}
+
+/// Rows per multi-row INSERT (21 binds each stays far below every backend's bind limit).
+const ROWS_PER_INSERT: usize = 64;
+
+/// Appends a batch in one transaction: per tenant (in id order, so concurrent writers lock
+/// heads in the same order), lock the chain head, assign `seq`/`prevHash`, seal, insert, move
+/// the head. On PostgreSQL the head row is locked (`FOR UPDATE`) so several gateway processes
+/// keep one gap-free chain per tenant. Returns how many receipts were written.
+pub async fn append_batch(
+    store: &Store,
+    drafts: Vec<Draft>,
+    signer: std::sync::Arc<crate::receipts::signer::Signer>,
+) -> Result<usize, StoreError> {
+    let n = drafts.len();
+    store
+        .run(move |pool, backend| async move {
+            let mut by_tenant: BTreeMap<String, Vec<Draft>> = BTreeMap::new();
+            for d in drafts {
+                by_tenant.entry(d.tenant_id.clone()).or_default().push(d);
+            }
+            let mut tx = pool.begin().await?;
+            for (tenant, drafts) in by_tenant {
+                sqlx::query("INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING")
+                    .bind(&tenant)
+                    .bind(GENESIS)
+                    .execute(&mut *tx)
+                    .await?;
+                let head_sql = match backend {
+                    Backend::Postgres => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1 FOR UPDATE",
+                    Backend::Sqlite => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1",
+                };
+                let head = sqlx::query(head_sql).bind(&tenant).fetch_one(&mut *tx).await?;
+                let mut seq = head.try_get::<i64, _>("seq")? as u64;
+                let mut prev: String = head.try_get("this_hash")?;
+                let mut sealed = Vec::with_capacity(drafts.len());
+                for d in drafts {
+                    seq += 1;
+                    let receipt = Receipt {
+                        v: 1,
+                        tenant_id: d.tenant_id,
+                        seq,
+                        receipt_id: d.receipt_id,
+                        request_id: d.request_id,
+                        actor: d.actor,
+                        provider: d.provider,
+                        model: d.model,
+                        prompt_tokens: d.prompt_tokens,
+                        completion_tokens: d.completion_tokens,
+                        cost_usd: d.cost_usd,
+                        checks: d.checks,
+                        upstream_status: d.upstream_status,
+                        ts: d.ts,
+                        prev_hash: prev.clone(),
+                    };
+                    let s = canonical::seal(receipt, signer.signing_key());
+                    prev = s.this_hash.clone();
+                    sealed.push((s, d.kind.as_str(), d.pack_version));
+                }
+                for chunk in sealed.chunks(ROWS_PER_INSERT) {
+                    let mut sql = format!("INSERT INTO receipts ({COLUMNS}, check_names) VALUES ");
+                    for i in 0..chunk.len() {
+                        let b = i * 21;
+                        let params: Vec<String> = (1..=21).map(|k| format!("${}", b + k)).collect();
+                        if i > 0 {
+                            sql.push(',');
+                        }
+                        sql.push('(');
+                        sql.push_str(&params.join(","));
+                        sql.push(')');
+                    }
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for (s, kind, pack) in chunk {
+                        let r = &s.receipt;
+                        let checks = serde_json::to_string(&r.checks).unwrap_or_else(|_| "[]".into());
+                        let names: String = r.checks.iter().map(|c| format!(",{}", c.name)).collect::<String>() + ",";
+                        q = q
+                            .bind(r.tenant_id.clone())
+                            .bind(r.seq as i64)
+                            .bind(r.receipt_id.clone())
+                            .bind(r.v as i64)
+                            .bind(r.request_id.clone())
+                            .bind(r.actor.clone())
+                            .bind(r.provider.clone())
+                            .bind(r.model.clone())
+                            .bind(r.prompt_tokens as i64)
+                            .bind(r.completion_tokens as i64)
+                            .bind(r.cost_usd)
+                            .bind(checks)
+                            .bind(r.upstream_status.clone())
+                            .bind(r.ts.clone())
+                            .bind(r.prev_hash.clone())
+                            .bind(s.this_hash.clone())
+                            .bind(s.signature.clone())
+                            .bind(signer.key_id.clone())
+                            .bind(kind.to_string())
+                            .bind(pack.clone())
+                            .bind(names);
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+                sqlx::query("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
+                    .bind(seq as i64)
+                    .bind(prev)
+                    .bind(&tenant)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(n)
+        })
+        .await
+}
+
+/// Filters of the list and export endpoints (all combine with AND).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub from_ts: Option<String>,
+    pub to_ts: Option<String>,
+    pub actor: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub check: Option<String>,
+    pub upstream_status: Option<String>,
+}
+
+const FILTER_SQL: &str = "tenant_id = $1 \
+     AND (CAST($2 AS TEXT) IS NULL OR ts >= $2) AND (CAST($3 AS TEXT) IS NULL OR ts <= $3) \
+     AND (CAST($4 AS TEXT) IS NULL OR actor = $4) AND (CAST($5 AS TEXT) IS NULL OR provider = $5) \
+     AND (CAST($6 AS TEXT) IS NULL OR model = $6) AND (CAST($7 AS TEXT) IS NULL OR check_names LIKE $7) \
+     AND (CAST($8 AS TEXT) IS NULL OR upstream_status = $8)";
+
+fn like_check(name: &Option<String>) -> Option<String> {
+    // `%` and `_` cannot occur in check names we write; strip them so a filter stays literal.
+    name.as_ref().map(|n| format!("%,{},%", n.replace(['%', '_'], "")))
+}
+
+/// One page of a tenant's receipts by `seq`: descending below `before`, or ascending above `after`.
+pub async fn page(
+    store: &Store,
+    tenant_id: &str,
+    f: &Filter,
+    before: Option<u64>,
+    after: Option<u64>,
+    limit: i64,
+) -> Result<Vec<StoredReceipt>, StoreError> {
+    let (t, f) = (tenant_id.to_string(), f.clone());
+    store
+        .run(move |pool, _| async move {
+            let (bound, order) = match (before, after) {
+                (Some(b), _) => (format!("AND seq < {b}"), "DESC"),
+                (None, Some(a)) => (format!("AND seq > {a}"), "ASC"),
+                (None, None) => (String::new(), "DESC"),
+            };
+            let sql = format!("SELECT {COLUMNS} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $9");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(f.from_ts)
+                .bind(f.to_ts)
+                .bind(f.actor)
+                .bind(f.provider)
+                .bind(f.model)
+                .bind(like_check(&f.check))
+                .bind(f.upstream_status)
+                .bind(limit)
+                .fetch_all(&pool)
+                .await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+pub async fn by_id(store: &Store, tenant_id: &str, receipt_id: &str) -> Result<Option<StoredReceipt>, StoreError> {
+    let (t, id) = (tenant_id.to_string(), receipt_id.to_string());
+    store
+        .run(move |pool, _| async move {
+            let sql = format!("SELECT {COLUMNS} FROM receipts WHERE tenant_id = $1 AND receipt_id = $2");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&pool).await?;
+            Ok(row.as_ref().map(from_row).transpose()?)
+        })
+        .await
+}
+
+/// Receipts with `from <= seq <= to`, ascending, at most `limit` (for chain walks).
+pub async fn seq_range(
+    store: &Store,
+    tenant_id: &str,
+    from: u64,
+    to: u64,
+    limit: i64,
+) -> Result<Vec<StoredReceipt>, StoreError> {
+    let t = tenant_id.to_string();
+    store
+        .run(move |pool, _| async move {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(from as i64)
+                .bind(to as i64)
+                .bind(limit)
+                .fetch_all(&pool)
+                .await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// The stored `this_hash` of one seq (the link into a range), if that receipt exists.
+pub async fn hash_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+    let t = tenant_id.to_string();
+    store
+        .run(move |pool, _| async move {
+            let row = sqlx::query("SELECT this_hash FROM receipts WHERE tenant_id = $1 AND seq = $2")
+                .bind(t)
+                .bind(seq as i64)
+                .fetch_optional(&pool)
+                .await?;
+            Ok(row.map(|r| r.get::<String, _>("this_hash")))
+        })
+        .await
+}
+
+pub async fn count_all(store: &Store) -> Result<i64, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let row = sqlx::query("SELECT COUNT(*) AS n FROM receipts").fetch_one(&pool).await?;
+            Ok(row.try_get::<i64, _>("n")?)
+        })
+        .await
+}
+
+/// The tenant's chain head `seq` (0 before its first receipt).
+pub async fn head_seq(store: &Store, tenant_id: &str) -> Result<u64, StoreError> {
+    let t = tenant_id.to_string();
+    store
+        .run(move |pool, _| async move {
+            let row = sqlx::query("SELECT seq FROM chain_heads WHERE tenant_id = $1").bind(t).fetch_optional(&pool).await?;
+            Ok(row.map(|r| r.get::<i64, _>("seq").max(0) as u64).unwrap_or(0))
+        })
+        .await
+}
