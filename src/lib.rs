@@ -32,6 +32,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod compliance;
 pub mod config;
 pub mod error;
 pub mod gateway;

@@ -4,8 +4,10 @@
 //! receives the caller's [`Caller`] and only ever queries with its tenant id, so another
 //! tenant's ids simply are not found (404, never 403).
 
+mod compliance;
 mod keys;
 mod providers;
+mod receipts;
 mod status;
 
 use std::sync::Arc;
@@ -58,7 +60,10 @@ pub enum Reply {
     Json(u16, Value),
     NoContent,
     /// A body produced piece by piece (exports), so large answers never sit in memory whole.
-    Stream { headers: Vec<(&'static str, String)>, body: Box<dyn BodyStream> },
+    Stream {
+        headers: Vec<(&'static str, String)>,
+        body: Box<dyn BodyStream>,
+    },
 }
 
 /// A streamed response body.
@@ -225,6 +230,26 @@ impl ManagementApp {
             },
             ["providers", p, "test"] => match *m {
                 Method::POST => providers::test(app, caller, p).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["receipts"] => match *m {
+                Method::GET => receipts::list(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["receipts", "export"] => match *m {
+                Method::GET => receipts::export(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["receipts", id] => match *m {
+                Method::GET => receipts::get(app, caller, id).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["receipts", id, "verify-chain"] => match *m {
+                Method::GET => receipts::verify_chain(app, caller, id, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "signing-keys"] => match *m {
+                Method::GET => compliance::signing_keys(app, caller).await,
                 _ => Err(method_not_allowed()),
             },
             _ => Err(ApiError::not_found(&format!("route /{}", req.segments.join("/")))),

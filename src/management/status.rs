@@ -1,5 +1,6 @@
 //! `GET /status` (no authentication): real component checks, no tenant data.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -29,6 +30,39 @@ pub async fn get(app: &App) -> Handled {
         Err(_) => ("outage", "no answer within 2 s".to_string()),
     };
     components.push(component("database", "core", db_status, true, db_detail));
+
+    let w = &app.receipts.stats;
+    let failing = w.failing.load(Ordering::Relaxed);
+    components.push(component(
+        "receipt-writer",
+        "core",
+        if failing > 0 { "degraded" } else { "operational" },
+        true,
+        format!(
+            "queue depth {}, lag {} ms, {} written since start{}",
+            w.depth.load(Ordering::Relaxed),
+            w.lag_ms.load(Ordering::Relaxed),
+            w.written.load(Ordering::Relaxed),
+            if failing > 0 { format!(", {failing} failed attempts on the current batch") } else { String::new() }
+        ),
+    ));
+
+    // A real round trip through the key: sign a probe and verify it.
+    let probe = b"tollgate status probe";
+    let sig = {
+        use base64::Engine;
+        use ed25519_dalek::Signer as _;
+        base64::engine::general_purpose::STANDARD.encode(app.signer.signing_key().sign(probe).to_bytes())
+    };
+    let signer_ok =
+        crate::receipts::canonical::verify_signature(probe, &sig, &app.signer.signing_key().verifying_key().to_bytes());
+    components.push(component(
+        "signer",
+        "core",
+        if signer_ok { "operational" } else { "outage" },
+        true,
+        format!("ed25519 key {}", app.signer.key_id),
+    ));
 
     let snap = app.snapshot.load();
     for p in [ProviderName::OpenAi, ProviderName::Anthropic] {

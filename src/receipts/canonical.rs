@@ -102,7 +102,8 @@ mod tests {
             "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{1f600}\":\"Emoji: Grinning Face\",\
              \"\u{20ac}\":\"Euro Sign\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
         );
-        for (f, text) in [(1e21, "1e+21"), (1e20, "100000000000000000000"), (5.85e-6, "0.00000585"), (1e-7, "1e-7"), (0.0, "0")]
+        for (f, text) in
+            [(1e21, "1e+21"), (1e20, "100000000000000000000"), (5.85e-6, "0.00000585"), (1e-7, "1e-7"), (0.0, "0")]
         {
             assert_eq!(String::from_utf8(canonical_bytes(&f)).unwrap(), text);
         }

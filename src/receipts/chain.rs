@@ -25,8 +25,11 @@ pub async fn verify(store: &Store, tenant_id: &str, from: u64, to: u64) -> Resul
         return Ok(report);
     }
     // The link into the range: the stored hash of from-1 (genesis for seq 1).
-    let mut prev: Option<String> =
-        if from == 1 { Some(GENESIS.to_string()) } else { store::receipts::hash_at(store, tenant_id, from - 1).await? };
+    let mut prev: Option<String> = if from == 1 {
+        Some(GENESIS.to_string())
+    } else {
+        store::receipts::hash_at(store, tenant_id, from - 1).await?
+    };
     let mut expected = from;
     let head = store::receipts::head_seq(store, tenant_id).await?;
     loop {

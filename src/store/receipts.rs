@@ -207,7 +207,8 @@ pub async fn page(
                 (None, Some(a)) => (format!("AND seq > {a}"), "ASC"),
                 (None, None) => (String::new(), "DESC"),
             };
-            let sql = format!("SELECT {COLUMNS} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $9");
+            let sql =
+                format!("SELECT {COLUMNS} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $9");
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(t)
                 .bind(f.from_ts)
@@ -291,8 +292,33 @@ pub async fn head_seq(store: &Store, tenant_id: &str) -> Result<u64, StoreError>
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
-            let row = sqlx::query("SELECT seq FROM chain_heads WHERE tenant_id = $1").bind(t).fetch_optional(&pool).await?;
+            let row =
+                sqlx::query("SELECT seq FROM chain_heads WHERE tenant_id = $1").bind(t).fetch_optional(&pool).await?;
             Ok(row.map(|r| r.get::<i64, _>("seq").max(0) as u64).unwrap_or(0))
+        })
+        .await
+}
+
+/// The `seq` of the `(n+1)`-th receipt matching `f` in ascending order, if there is one
+/// (an export of `n` rows is truncated exactly when it exists).
+pub async fn nth_seq(store: &Store, tenant_id: &str, f: &Filter, n: u64) -> Result<Option<u64>, StoreError> {
+    let (t, f) = (tenant_id.to_string(), f.clone());
+    store
+        .run(move |pool, _| async move {
+            let sql = format!("SELECT seq FROM receipts WHERE {FILTER_SQL} ORDER BY seq LIMIT 1 OFFSET $9");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(f.from_ts)
+                .bind(f.to_ts)
+                .bind(f.actor)
+                .bind(f.provider)
+                .bind(f.model)
+                .bind(like_check(&f.check))
+                .bind(f.upstream_status)
+                .bind(n as i64)
+                .fetch_optional(&pool)
+                .await?;
+            Ok(row.map(|r| r.get::<i64, _>("seq") as u64))
         })
         .await
 }

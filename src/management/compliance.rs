@@ -1,0 +1,21 @@
+//! `/v1/compliance/...`: the signing-key registry (more arrives with compliance packs).
+
+use serde_json::json;
+
+use super::{Caller, Handled, Reply};
+use crate::app::App;
+use crate::compliance::{DISCLAIMER, SCOPE};
+use crate::receipts::signer;
+
+pub async fn signing_keys(app: &App, _caller: &Caller) -> Handled {
+    let keys = signer::registry(&app.store).await?;
+    Ok(Reply::Json(
+        200,
+        json!({
+            "keys": keys,
+            "activeKeyId": app.signer.key_id,
+            "scope": SCOPE,
+            "disclaimer": DISCLAIMER,
+        }),
+    ))
+}

@@ -1,0 +1,252 @@
+//! `/v1/receipts`: list (filters, seq cursor), single receipt with a fresh signature check,
+//! streamed JSONL/CSV export, and chain verification.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
+use super::{BodyStream, Caller, Handled, Reply, Req};
+use crate::app::App;
+use crate::error::ApiError;
+use crate::receipts::{canonical, chain, signer};
+use crate::store::receipts::{Filter, StoredReceipt};
+use crate::store::{self, Store};
+
+pub const EXPORT_MAX: u64 = 50_000;
+const EXPORT_DEFAULT: u64 = 10_000;
+const UPSTREAM_STATUSES: [&str; 4] = ["ok", "error", "timeout", "skipped"];
+
+/// RFC 3339 → the receipts' own `YYYY-MM-DD HH:MM:SS.mmm` UTC form, which sorts as text.
+fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
+    let Some(v) = req.query(name) else { return Ok(None) };
+    let t = chrono::DateTime::parse_from_rfc3339(v).map_err(|_| {
+        ApiError::invalid(format!("query `{name}` must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z"))
+    })?;
+    Ok(Some(crate::receipts::receipt_ts(t.with_timezone(&chrono::Utc))))
+}
+
+fn number(req: &Req, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(format!("query `{name}` must be an integer from {min} to {max}"))),
+    }
+}
+
+fn filter(req: &Req) -> Result<Filter, ApiError> {
+    let text = |n: &str| req.query(n).filter(|v| !v.is_empty()).map(str::to_string);
+    let upstream_status = text("upstreamStatus");
+    if let Some(s) = &upstream_status {
+        if !UPSTREAM_STATUSES.contains(&s.as_str()) {
+            return Err(ApiError::invalid(format!(
+                "query `upstreamStatus` must be one of {}; got `{s}`",
+                UPSTREAM_STATUSES.join(", ")
+            )));
+        }
+    }
+    Ok(Filter {
+        from_ts: ts_bound(req, "from")?,
+        to_ts: ts_bound(req, "to")?,
+        actor: text("actor"),
+        provider: text("provider"),
+        model: text("model"),
+        check: text("check"),
+        upstream_status,
+    })
+}
+
+fn list_entry(r: &StoredReceipt) -> Value {
+    let c = &r.receipt;
+    json!({
+        "seq": c.seq, "receiptId": c.receipt_id, "requestId": c.request_id, "actor": c.actor,
+        "provider": c.provider, "model": c.model, "promptTokens": c.prompt_tokens,
+        "completionTokens": c.completion_tokens, "costUsd": c.cost_usd, "checks": c.checks,
+        "upstreamStatus": c.upstream_status, "ts": c.ts, "kind": r.kind,
+    })
+}
+
+pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
+    let limit = number(req, "limit", 1, 200)?.unwrap_or(25);
+    let cursor = number(req, "cursor", 1, u64::MAX >> 11)?;
+    let f = filter(req)?;
+    let mut rows = store::receipts::page(&app.store, caller.tenant(), &f, cursor, None, limit as i64 + 1).await?;
+    let more = rows.len() as u64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more { rows.last().map(|r| r.receipt.seq) } else { None };
+    let receipts: Vec<Value> = rows.iter().map(list_entry).collect();
+    Ok(Reply::Json(200, json!({ "receipts": receipts, "nextCursor": next })))
+}
+
+/// The signature check of one stored receipt against the registry key it names.
+pub async fn verified(store: &Store, r: &StoredReceipt) -> Result<bool, ApiError> {
+    let keys = signer::registry(store).await?;
+    let Some(public) = keys.iter().find(|k| k.key_id == r.key_id).and_then(signer::public_bytes) else {
+        return Ok(false);
+    };
+    let canonical = canonical::canonical_bytes(&r.receipt);
+    Ok(canonical::sha256_hex(&canonical) == r.this_hash
+        && canonical::verify_signature(&canonical, &r.signature, &public))
+}
+
+/// The signed members as signed (camelCase) plus the chain fields named `names`.
+fn full(r: &StoredReceipt, names: [&str; 4]) -> Map<String, Value> {
+    let Value::Object(mut m) = serde_json::to_value(&r.receipt).unwrap_or(Value::Null) else { return Map::new() };
+    m.insert(names[0].into(), json!(r.this_hash));
+    m.insert(names[1].into(), json!(r.signature));
+    m.insert(names[2].into(), json!(r.key_id));
+    m.insert(names[3].into(), json!(r.kind));
+    m
+}
+
+pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
+    let r =
+        store::receipts::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let mut m = full(&r, ["thisHash", "signature", "keyId", "kind"]);
+    m.insert("receiptPackVersion".into(), json!(r.pack_version));
+    m.insert("verified".into(), json!(verified(&app.store, &r).await?));
+    Ok(Reply::Json(200, Value::Object(m)))
+}
+
+pub async fn verify_chain(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
+    let r =
+        store::receipts::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let from = number(req, "from", 1, u64::MAX >> 11)?.unwrap_or(1);
+    let to = number(req, "to", 1, u64::MAX >> 11)?.unwrap_or(r.receipt.seq);
+    if from > to {
+        return Err(ApiError::invalid("query `from` must not be greater than `to`"));
+    }
+    let report = chain::verify(&app.store, caller.tenant(), from, to).await?;
+    Ok(Reply::Json(200, serde_json::to_value(report).unwrap_or(Value::Null)))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Jsonl,
+    Csv,
+}
+
+pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
+    let format = match req.query("format").unwrap_or("jsonl") {
+        "jsonl" => Format::Jsonl,
+        "csv" => Format::Csv,
+        other => return Err(ApiError::invalid(format!("query `format` must be jsonl or csv; got `{other}`"))),
+    };
+    let limit = number(req, "limit", 1, EXPORT_MAX)?.unwrap_or(EXPORT_DEFAULT);
+    let f = filter(req)?;
+    // Truncation must be known before the first byte goes out: is there a (limit+1)-th row?
+    let truncated = store::receipts::nth_seq(&app.store, caller.tenant(), &f, limit).await?.is_some();
+    let (ctype, ext) = match format {
+        Format::Jsonl => ("application/x-ndjson", "jsonl"),
+        Format::Csv => ("text/csv; charset=utf-8", "csv"),
+    };
+    let headers = vec![
+        ("content-type", ctype.to_string()),
+        ("content-disposition", format!("attachment; filename=\"receipts.{ext}\"")),
+        ("x-tollgate-truncated", truncated.to_string()),
+    ];
+    let body = ExportStream {
+        store: app.store.clone(),
+        tenant: caller.tenant().to_string(),
+        filter: f,
+        after: 0,
+        remaining: limit,
+        format,
+        header_done: false,
+    };
+    Ok(Reply::Stream { headers, body: Box::new(body) })
+}
+
+struct ExportStream {
+    store: Store,
+    tenant: String,
+    filter: Filter,
+    after: u64,
+    remaining: u64,
+    format: Format,
+    header_done: bool,
+}
+
+const EXPORT_PAGE: u64 = 1000;
+pub const CSV_HEADER: &str = "seq,receiptId,requestId,ts,actor,provider,model,promptTokens,completionTokens,costUsd,checks,upstreamStatus,this_hash,kind\r\n";
+
+/// RFC 4180: quote a field that holds a comma, quote or line break; double inner quotes.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\r', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn csv_row(r: &StoredReceipt) -> String {
+    let c = &r.receipt;
+    let checks: Vec<String> = c.checks.iter().map(|k| format!("{}:{}", k.name, k.result)).collect();
+    let cost = String::from_utf8(canonical::canonical_bytes(&c.cost_usd)).unwrap_or_default();
+    let fields = [
+        c.seq.to_string(),
+        c.receipt_id.clone(),
+        c.request_id.clone(),
+        c.ts.clone(),
+        c.actor.clone(),
+        c.provider.clone(),
+        c.model.clone(),
+        c.prompt_tokens.to_string(),
+        c.completion_tokens.to_string(),
+        cost,
+        checks.join(";"),
+        c.upstream_status.clone(),
+        r.this_hash.clone(),
+        r.kind.clone(),
+    ];
+    let mut line = fields.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(",");
+    line.push_str("\r\n");
+    line
+}
+
+#[async_trait]
+impl BodyStream for ExportStream {
+    async fn next(&mut self) -> Result<Option<Bytes>, ApiError> {
+        let mut out = String::new();
+        if !self.header_done {
+            self.header_done = true;
+            if self.format == Format::Csv {
+                out.push_str(CSV_HEADER);
+            }
+        }
+        if self.remaining > 0 {
+            let n = self.remaining.min(EXPORT_PAGE) as i64;
+            let rows =
+                store::receipts::page(&self.store, &self.tenant, &self.filter, None, Some(self.after), n).await?;
+            self.remaining = if (rows.len() as i64) < n { 0 } else { self.remaining - rows.len() as u64 };
+            for r in &rows {
+                self.after = r.receipt.seq;
+                match self.format {
+                    Format::Jsonl => {
+                        let line = Value::Object(full(r, ["this_hash", "signature", "key_id", "kind"]));
+                        out.push_str(&line.to_string());
+                        out.push('\n');
+                    }
+                    Format::Csv => out.push_str(&csv_row(r)),
+                }
+            }
+        }
+        Ok((!out.is_empty()).then(|| Bytes::from(out)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quoting() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+    }
+}
