@@ -275,7 +275,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
 echo
 [ "$ROUNDS" -gt 1 ] && echo "medians of $ROUNDS rounds"
 printf '%-10s %11s %9s %9s %8s %8s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms non-2xx sockerr \
-  "req/s÷dir" "p50÷dir" "p99÷dir"
+  "rps/dir" "p50/dir" "p99/dir"
 for t in $TARGETS; do
   if want direct; then
     r1=$(ratio "${RPS[$t]}" "${RPS[direct]}")

@@ -146,7 +146,7 @@ fn rotation_sequence_and_revocation_on_the_next_request() {
 fn another_tenants_ids_answer_404() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
-        let (_t2, key2) = g.create_tenant("globex");
+        let (_t2, key2) = g.create_tenant_live("globex");
         let (id1, _) = create_key(&g, &g.key, json!({"label": "acme-dev"}));
         g.set_provider(&g.key, "openai", "http://127.0.0.1:9", "sk-acme-secret-1234");
 

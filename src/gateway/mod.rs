@@ -136,9 +136,8 @@ impl Gateway {
         ctx.end_user = header_str(session, "x-tollgate-actor");
 
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
-        let parsed = request::parse(route, raw, &ctx.snap)?;
+        let parsed = request::parse(route, raw, &ctx.snap, &mut ctx.model)?;
         ctx.provider = Some(parsed.provider);
-        ctx.model = parsed.model.clone();
         if ctx.end_user.is_none() {
             ctx.end_user = parsed.json.get("user").and_then(|u| u.as_str()).map(str::to_string);
         }

@@ -24,11 +24,16 @@ fn field_type(json: &Value, field: &str, ok: fn(&Value) -> bool, expected: &str)
     }
 }
 
-pub fn parse(route: Route, raw: Bytes, snap: &Snapshot) -> Result<ParsedRequest, ApiError> {
+/// Parses and checks the body. `seen_model` learns the model as soon as it is known, so even
+/// a request refused for another field leaves a receipt that names it.
+pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
     let json: Value =
         serde_json::from_slice(&raw).map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
     if !json.is_object() {
         return Err(ApiError::invalid("request body must be a JSON object"));
+    }
+    if let Some(m) = json.get("model").and_then(Value::as_str) {
+        *seen_model = m.chars().take(256).collect();
     }
     let model = match json.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
@@ -94,7 +99,7 @@ mod tests {
     }
 
     fn err(route: Route, body: &str) -> String {
-        parse(route, Bytes::from(body.to_string()), &snap()).err().unwrap().message
+        parse(route, Bytes::from(body.to_string()), &snap(), &mut String::new()).err().unwrap().message
     }
 
     #[test]
@@ -116,7 +121,7 @@ mod tests {
     #[test]
     fn routing() {
         let s = snap();
-        let ok = |r, b: &str| parse(r, Bytes::from(b.to_string()), &s).unwrap().provider;
+        let ok = |r, b: &str| parse(r, Bytes::from(b.to_string()), &s, &mut String::new()).unwrap().provider;
         assert_eq!(ok(Route::ChatCompletions, r#"{"model":"gpt-4o-mini","messages":[]}"#), ProviderName::OpenAi);
         assert_eq!(
             ok(Route::ChatCompletions, r#"{"model":"claude-sonnet-4-5","messages":[]}"#),

@@ -201,6 +201,18 @@ impl Gateway {
         (v["tenantId"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
     }
 
+    /// A new tenant whose key the running server already accepts (keys made by the CLI arrive
+    /// through the snapshot refresh).
+    pub fn create_tenant_live(&self, name: &str) -> (String, String) {
+        let (t, key) = self.create_tenant(name);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.mgmt("GET", "/v1/keys", Some(&key), None).status != 200 {
+            assert!(Instant::now() < deadline, "the server never accepted the new tenant's key");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (t, key)
+    }
+
     pub fn mgmt(&self, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
         let auth = key.map(|k| format!("Bearer {k}"));
         let mut h: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
@@ -257,6 +269,53 @@ pub fn drop_postgres(url: &str) {
 }
 
 impl Gateway {
+    pub fn db_url(&self) -> String {
+        match self.env.iter().find(|(k, _)| k == "TOLLGATE_DATABASE_URL") {
+            Some((_, url)) => url.clone(),
+            None => format!("sqlite://{}", self.dir.join("tollgate.db").display()),
+        }
+    }
+
+    /// Runs one SQL statement directly against the gateway's database (tamper tests).
+    pub fn sql(&self, statement: &str) -> u64 {
+        let url = self.db_url();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+            let done = sqlx::query(sqlx::AssertSqlSafe(statement.to_string())).execute(&pool).await.unwrap();
+            pool.close().await;
+            done.rows_affected()
+        })
+    }
+
+    /// Sends a signal to the server process and waits for it to exit.
+    pub fn signal_and_wait(&mut self, sig: i32) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc_kill(c.id() as i32, sig) };
+            let _ = c.wait();
+        }
+    }
+
+    /// The newest receipt's `seq` of the key's tenant (0 when none).
+    pub fn newest_seq(&self, key: &str) -> u64 {
+        let r = self.mgmt("GET", "/v1/receipts?limit=1", Some(key), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["receipts"][0]["seq"].as_u64().unwrap_or(0)
+    }
+
+    /// Receipts are written a few ms after the answer: wait (bounded) until the tenant has `n`.
+    pub fn wait_receipts(&self, key: &str, n: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seq = self.newest_seq(key);
+            if seq >= n || Instant::now() > deadline {
+                return seq;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Metrics are recorded in Pingora's `logging` phase, just after the client has its answer:
     /// wait (bounded) until the value shows up, then return what is there.
     pub fn metric_eventually(&self, name: &str, labels: &[&str], expected: f64) -> f64 {
