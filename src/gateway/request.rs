@@ -9,7 +9,6 @@ use crate::error::ApiError;
 use crate::snapshot::Snapshot;
 
 pub struct ParsedRequest {
-    pub model: String,
     pub stream: bool,
     pub provider: ProviderName,
     /// The body as received; forwarded byte for byte unless the gateway must change it.
@@ -62,7 +61,7 @@ pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String)
         return Err(ApiError::invalid("field `stream` is not supported on /v1/embeddings"));
     }
     let provider = pick_provider(route, &model, snap)?;
-    Ok(ParsedRequest { model, stream, provider, raw, json })
+    Ok(ParsedRequest { stream, provider, raw, json })
 }
 
 fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderName, ApiError> {
