@@ -40,6 +40,18 @@ enum Command {
     },
     /// Validate the configuration and exit (errors name file, line and field).
     CheckConfig(ConfigArg),
+    /// Receipt signing-key administration.
+    SigningKey {
+        #[command(subcommand)]
+        command: SigningKeyCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SigningKeyCommand {
+    /// Replace the signing key. The old key stays in the registry, retired, so the receipts it
+    /// signed keep verifying. A running server signs with the new key after its next start.
+    Rotate(ConfigArg),
 }
 
 #[derive(Subcommand, Debug)]
@@ -193,6 +205,25 @@ pub fn run(cli: Cli) -> ExitCode {
             match result {
                 Ok((key, key_id)) => {
                     print_key(json, &tenant, &key_id, &key);
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+        Command::SigningKey { command: SigningKeyCommand::Rotate(arg) } => {
+            let result = load(&arg).and_then(|cfg| Ok((open(&cfg)?, cfg))).and_then(|(store, cfg)| {
+                use crate::receipts::signer::{self, Signer};
+                let (old, new) = Signer::rotate_file(&cfg.signing_key_path()).map_err(fail)?;
+                store::db_runtime().block_on(async {
+                    signer::register(&store, &old).await.map_err(fail)?;
+                    signer::retire(&store, &old.key_id).await.map_err(fail)?;
+                    signer::register(&store, &new).await.map_err(fail)
+                })?;
+                Ok((old.key_id.clone(), new.key_id.clone()))
+            });
+            match result {
+                Ok((old, new)) => {
+                    println!("retired signing key {old}; active signing key {new} (restart `tollgate serve` to use it)");
                     ExitCode::SUCCESS
                 }
                 Err(code) => code,

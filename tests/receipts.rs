@@ -390,3 +390,29 @@ fn sigterm_mid_burst_loses_nothing_and_sigkill_keeps_the_chain_intact() {
         }
     }
 }
+
+#[test]
+fn rotated_signing_keys_keep_verifying_old_receipts() {
+    let (mut g, _up) = setup(&Backend::Sqlite, &[]);
+    let old = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#).header("x-tollgate-receipt-id").unwrap().to_string();
+    g.wait_receipts(&g.key, 1);
+    g.stop();
+    let out = g.cli(&["signing-key", "rotate"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    g.spawn();
+    let new = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#).header("x-tollgate-receipt-id").unwrap().to_string();
+    g.wait_receipts(&g.key, 2);
+    let (a, b) = (receipt(&g, &g.key, &old), receipt(&g, &g.key, &new));
+    assert_ne!(a["keyId"], b["keyId"]);
+    assert_eq!((a["verified"].as_bool(), b["verified"].as_bool()), (Some(true), Some(true)));
+    assert_eq!(b["prevHash"], a["thisHash"], "the chain continues across the rotation");
+    let reg = g.mgmt("GET", "/v1/compliance/signing-keys", Some(&g.key), None).json();
+    let keys = reg["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2);
+    let retired = keys.iter().find(|k| k["keyId"] == a["keyId"]).unwrap();
+    assert!(retired["retiredAt"].is_string());
+    assert_eq!(reg["activeKeyId"], b["keyId"]);
+    let mode = std::fs::metadata(g.dir.join("signing.key")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+}
