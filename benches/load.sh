@@ -245,6 +245,11 @@ run_wrk() { # run_wrk OUT DURATION URL [--latency]
 }
 
 echo "load.sh: $(nproc) CPUs; wrk -t2 -c$CONC -d$DURATION (warm-up $WARMUP) x $ROUNDS round(s); targets: $TARGETS"
+# Anything else busy on the machine (a cargo build...) skews every figure; say so.
+load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+if awk -v l="$load1" 'BEGIN { exit !(l > 1.0) }'; then
+  echo "load.sh: WARNING: 1-minute load average is $load1 before the run; other work competes for the CPUs" >&2
+fi
 : >"$WORK/raw"
 for r in $(seq "$ROUNDS"); do
   for t in $TARGETS; do

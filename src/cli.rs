@@ -223,7 +223,9 @@ pub fn run(cli: Cli) -> ExitCode {
             });
             match result {
                 Ok((old, new)) => {
-                    println!("retired signing key {old}; active signing key {new} (restart `tollgate serve` to use it)");
+                    println!(
+                        "retired signing key {old}; active signing key {new} (restart `tollgate serve` to use it)"
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(code) => code,

@@ -394,13 +394,19 @@ fn sigterm_mid_burst_loses_nothing_and_sigkill_keeps_the_chain_intact() {
 #[test]
 fn rotated_signing_keys_keep_verifying_old_receipts() {
     let (mut g, _up) = setup(&Backend::Sqlite, &[]);
-    let old = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#).header("x-tollgate-receipt-id").unwrap().to_string();
+    let old = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+        .header("x-tollgate-receipt-id")
+        .unwrap()
+        .to_string();
     g.wait_receipts(&g.key, 1);
     g.stop();
     let out = g.cli(&["signing-key", "rotate"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     g.spawn();
-    let new = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#).header("x-tollgate-receipt-id").unwrap().to_string();
+    let new = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+        .header("x-tollgate-receipt-id")
+        .unwrap()
+        .to_string();
     g.wait_receipts(&g.key, 2);
     let (a, b) = (receipt(&g, &g.key, &old), receipt(&g, &g.key, &new));
     assert_ne!(a["keyId"], b["keyId"]);

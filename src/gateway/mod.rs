@@ -136,7 +136,17 @@ impl Gateway {
         ctx.end_user = header_str(session, "x-tollgate-actor");
 
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
-        let parsed = request::parse(route, raw, &ctx.snap, &mut ctx.model)?;
+        let parsed = match request::parse(route, raw, &ctx.snap, &mut ctx.model) {
+            Ok(p) => p,
+            Err(e) => {
+                // A refused request still names the provider its model routes to, when known.
+                ctx.provider = match route {
+                    Route::Messages => Some(ProviderName::Anthropic),
+                    _ => ctx.snap.route(&ctx.model),
+                };
+                return Err(e);
+            }
+        };
         ctx.provider = Some(parsed.provider);
         if ctx.end_user.is_none() {
             ctx.end_user = parsed.json.get("user").and_then(|u| u.as_str()).map(str::to_string);

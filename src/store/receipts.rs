@@ -55,8 +55,9 @@ fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
     })
 }
 
-/// Rows per multi-row INSERT (21 binds each stays far below every backend's bind limit).
-const ROWS_PER_INSERT: usize = 64;
+/// Rows per multi-row INSERT. Measured on SQLite through sqlx: 8 beats both 1 and 64+, where
+/// statement preparation grows faster than the round trips it saves.
+const ROWS_PER_INSERT: usize = 8;
 
 /// Appends a batch in one transaction: per tenant (in id order, so concurrent writers lock
 /// heads in the same order), lock the chain head, assign `seq`/`prevHash`, seal, insert, move
@@ -89,6 +90,7 @@ pub async fn append_batch(
                 let mut seq = head.try_get::<i64, _>("seq")? as u64;
                 let mut prev: String = head.try_get("this_hash")?;
                 let mut sealed = Vec::with_capacity(drafts.len());
+                let mut sides = Vec::with_capacity(drafts.len());
                 for d in drafts {
                     seq += 1;
                     let receipt = Receipt {
@@ -108,11 +110,14 @@ pub async fn append_batch(
                         ts: d.ts,
                         prev_hash: prev.clone(),
                     };
-                    let s = canonical::seal(receipt, signer.signing_key());
+                    let s = canonical::hash_only(receipt);
                     prev = s.this_hash.clone();
-                    sealed.push((s, d.kind.as_str(), d.pack_version));
+                    sealed.push(s);
+                    sides.push((d.kind.as_str(), d.pack_version));
                 }
-                for chunk in sealed.chunks(ROWS_PER_INSERT) {
+                canonical::sign_all(&mut sealed, signer.signing_key());
+                let rows: Vec<_> = sealed.into_iter().zip(sides).map(|(s, (k, p))| (s, k, p)).collect();
+                for chunk in rows.chunks(ROWS_PER_INSERT) {
                     let mut sql = format!("INSERT INTO receipts ({COLUMNS}, check_names) VALUES ");
                     for i in 0..chunk.len() {
                         let b = i * 21;

@@ -1,0 +1,91 @@
+//! Receipt cost: canonicalize + hash + sign one receipt, and the writer's whole batch append
+//! (seq, prevHash, JCS, SHA-256, Ed25519, multi-row INSERT, head update) on SQLite.
+//!
+//! `cargo bench --bench receipts`. The append group reports throughput in receipts/s.
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tollgate::receipts::canonical::{seal, Check, Receipt, GENESIS};
+use tollgate::receipts::signer::Signer;
+use tollgate::receipts::{Draft, Kind};
+use tollgate::store::{self, Store};
+
+fn draft(tenant: &str, i: usize) -> Draft {
+    Draft {
+        tenant_id: tenant.to_string(),
+        receipt_id: uuid::Uuid::now_v7().to_string(),
+        request_id: format!("req-{i}"),
+        actor: "01a204c8-7a19-7530-9164-000000000001".into(),
+        provider: "openai".into(),
+        model: "gpt-4o-mini".into(),
+        prompt_tokens: 120,
+        completion_tokens: 80,
+        cost_usd: 0.000066,
+        checks: vec![
+            Check { name: "policy".into(), result: "allow".into() },
+            Check { name: "UPSTREAM".into(), result: "PASS".into() },
+        ],
+        upstream_status: "ok".into(),
+        ts: "2026-11-22 19:42:57.049".into(),
+        kind: Kind::ModelCall,
+        pack_version: String::new(),
+    }
+}
+
+fn bench_seal(c: &mut Criterion) {
+    let signer = Signer::from_seed(&[7u8; 32]);
+    let d = draft("t", 0);
+    let receipt = Receipt {
+        v: 1,
+        tenant_id: d.tenant_id,
+        seq: 42,
+        receipt_id: d.receipt_id,
+        request_id: d.request_id,
+        actor: d.actor,
+        provider: d.provider,
+        model: d.model,
+        prompt_tokens: d.prompt_tokens,
+        completion_tokens: d.completion_tokens,
+        cost_usd: d.cost_usd,
+        checks: d.checks,
+        upstream_status: d.upstream_status,
+        ts: d.ts,
+        prev_hash: GENESIS.into(),
+    };
+    c.bench_function("seal one receipt (JCS + SHA-256 + Ed25519)", |b| {
+        b.iter_batched(|| receipt.clone(), |r| seal(r, signer.signing_key()), BatchSize::SmallInput)
+    });
+    c.bench_function("JCS of one receipt", |b| b.iter(|| tollgate::receipts::canonical::canonical_bytes(&receipt)));
+    let bytes = tollgate::receipts::canonical::canonical_bytes(&receipt);
+    c.bench_function("Ed25519 sign of one receipt", |b| {
+        use ed25519_dalek::Signer as _;
+        b.iter(|| signer.signing_key().sign(&bytes))
+    });
+}
+
+fn bench_append(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("tollgate-bench-{}", uuid::Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}", dir.join("bench.db").display());
+    let rt = store::db_runtime();
+    let db = rt.block_on(Store::connect(&url)).unwrap();
+    rt.block_on(db.migrate()).unwrap();
+    let signer = Arc::new(Signer::from_seed(&[7u8; 32]));
+    let mut group = c.benchmark_group("append batch on SQLite");
+    group.sample_size(20);
+    for size in [64usize, 1024] {
+        group.throughput(Throughput::Elements(size as u64));
+        group.bench_function(format!("{size} receipts, 2 tenants"), |b| {
+            b.iter_batched(
+                || (0..size).map(|i| draft(if i % 2 == 0 { "tenant-a" } else { "tenant-b" }, i)).collect::<Vec<_>>(),
+                |drafts| rt.block_on(store::receipts::append_batch(&db, drafts, signer.clone())).unwrap(),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+criterion_group!(benches, bench_seal, bench_append);
+criterion_main!(benches);
