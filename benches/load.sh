@@ -236,6 +236,31 @@ parse_wrk() {
     }' "$1"
 }
 
+# CPU accounting (Linux /proc, clock ticks) to detect other work during a measured run:
+# cpu_ticks -> "busy total" for the whole machine: user + nice + system + steal (steal: the host
+# gave the CPU to someone else). irq/softirq time is left out of "busy": the loopback traffic of the
+# benchmark itself is processed there and is charged to no process.
+# our_ticks -> CPU used by the servers we started plus our reaped children (wrk, via `timeout`).
+cpu_ticks() { awk '$1 == "cpu" { b = $2 + $3 + $4 + $9; print b, b + $5 + $6 + $7 + $8; exit }' /proc/stat; }
+our_ticks() {
+  local total=0 pid f
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+    # fields after "pid (comm) ": 12 utime, 13 stime
+    f=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+    total=$((total + $(awk '{ print $12 + $13 }' <<<"$f")))
+  done
+  # this shell: 14 cutime, 15 cstime (children that were waited for, i.e. wrk once it has finished)
+  f=$(sed 's/^.*) //' "/proc/$$/stat")
+  echo $((total + $(awk '{ print $14 + $15 }' <<<"$f")))
+}
+# other_cpu BEFORE AFTER -> % of all CPU time used by processes we did not start
+other_cpu() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); d = y[2] - x[2]
+    o = (y[1] - x[1]) - (y[3] - x[3]); if (o < 0) o = 0
+    printf "%.1f", (d > 0 ? 100 * o / d : 0) }'
+}
+
 run_wrk() { # run_wrk OUT DURATION URL [--latency]
   local out=$1 dur=$2 url=$3
   shift 3
@@ -246,20 +271,26 @@ run_wrk() { # run_wrk OUT DURATION URL [--latency]
 
 echo "load.sh: $(nproc) CPUs; wrk -t2 -c$CONC -d$DURATION (warm-up $WARMUP) x $ROUNDS round(s); targets: $TARGETS"
 # Anything else busy on the machine (a cargo build...) skews every figure; say so.
-load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
-if awk -v l="$load1" 'BEGIN { exit !(l > 1.0) }'; then
-  echo "load.sh: WARNING: 1-minute load average is $load1 before the run; other work competes for the CPUs" >&2
+c0=$(cpu_ticks)
+sleep 1
+c1=$(cpu_ticks)
+busy=$(awk -v a="$c0" -v b="$c1" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }')
+if [ "$busy" -gt 10 ]; then
+  echo "load.sh: WARNING: the CPUs are already ${busy}% busy before the run; other work competes with the benchmark" >&2
 fi
 : >"$WORK/raw"
 for r in $(seq "$ROUNDS"); do
   for t in $TARGETS; do
     run_wrk "$WORK/$t.warmup.$r" "$WARMUP" "${URL[$t]}"
+    before="$(cpu_ticks) $(our_ticks)"
     run_wrk "$WORK/$t.wrk.$r" "$DURATION" "${URL[$t]}" --latency
+    after="$(cpu_ticks) $(our_ticks)"
+    other=$(other_cpu "$before" "$after")
     line=$(parse_wrk "$WORK/$t.wrk.$r") || { cat "$WORK/$t.wrk.$r" >&2; die "could not parse wrk output for $t"; }
-    echo "$t $line" >>"$WORK/raw"
+    echo "$t $line $other $r" >>"$WORK/raw"
     read -r rps p50 p99 non2xx err n <<<"$line"
-    printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  (%s requests, %s non-2xx, %s socket errors)\n' \
-      "$r" "$t" "$rps" "$p50" "$p99" "$n" "$non2xx" "$err"
+    printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  (%s requests, %s non-2xx, %s socket errors, other CPU %s%%)\n' \
+      "$r" "$t" "$rps" "$p50" "$p99" "$n" "$non2xx" "$err" "$other"
   done
 done
 
@@ -267,19 +298,20 @@ done
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$WORK/raw"; }
 sum() { awk -v t="$1" -v c="$2" '$1 == t { s += $c } END { print s + 0 }' "$WORK/raw"; }
-declare -A RPS P50 P99 BAD ERR
+declare -A RPS P50 P99 BAD ERR OTHER
 for t in $TARGETS; do
   RPS[$t]=$(col "$t" 2 | median)
   P50[$t]=$(col "$t" 3 | median)
   P99[$t]=$(col "$t" 4 | median)
   BAD[$t]=$(sum "$t" 5)
   ERR[$t]=$(sum "$t" 6)
+  OTHER[$t]=$(col "$t" 8 | sort -g | tail -n1)
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 
 echo
 [ "$ROUNDS" -gt 1 ] && echo "medians of $ROUNDS rounds"
-printf '%-10s %11s %9s %9s %8s %8s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms non-2xx sockerr \
+printf '%-10s %11s %9s %9s %8s %8s %7s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms non-2xx sockerr other% \
   "rps/dir" "p50/dir" "p99/dir"
 for t in $TARGETS; do
   if want direct; then
@@ -289,8 +321,8 @@ for t in $TARGETS; do
   else
     r1=- r2=- r3=-
   fi
-  printf '%-10s %11.0f %9.3f %9.3f %8d %8d   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" \
-    "${BAD[$t]}" "${ERR[$t]}" "$r1" "$r2" "$r3"
+  printf '%-10s %11.0f %9.3f %9.3f %8d %8d %7s   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" \
+    "${BAD[$t]}" "${ERR[$t]}" "${OTHER[$t]}" "$r1" "$r2" "$r3"
 done
 
 if want bare && want tollgate; then
@@ -300,12 +332,21 @@ if want bare && want tollgate; then
       printf "HEADLINE Tollgate vs bare Pingora: throughput %.2fx (%+.1f%%), p50 %.2fx (%+.3f ms), p99 %.2fx (%+.3f ms)\n",
         tr / br, (tr / br - 1) * 100, t50 / b50, t50 - b50, t99 / b99, t99 - b99
     }'
+  if [ "$ROUNDS" -gt 1 ]; then
+    # The same ratio within each round (the two runs are minutes apart at most), and its median.
+    awk '$1 == "bare" { b[$9] = $2 } $1 == "tollgate" { t[$9] = $2 }
+      END { for (r in t) if (b[r] > 0) print r, t[r] / b[r] }' "$WORK/raw" | sort -n >"$WORK/ratios"
+    printf 'per-round Tollgate/bare throughput: %s (median %.2fx)\n' \
+      "$(awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), $2 }' "$WORK/ratios")" "$(awk '{ print $2 }' "$WORK/ratios" | median)"
+  fi
 fi
 
 if [ -n "$RESULTS" ]; then
   {
-    printf 'target\treq_s\tp50_ms\tp99_ms\tnon2xx\tsocket_errors\n'
-    for t in $TARGETS; do printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${BAD[$t]}" "${ERR[$t]}"; done
+    printf 'target\treq_s\tp50_ms\tp99_ms\tnon2xx\tsocket_errors\tmax_other_cpu_pct\n'
+    for t in $TARGETS; do
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${BAD[$t]}" "${ERR[$t]}" "${OTHER[$t]}"
+    done
   } >"$RESULTS"
   echo "load.sh: medians written to $RESULTS"
 fi
@@ -315,6 +356,9 @@ for t in $TARGETS; do
   if [ "${BAD[$t]}" -gt 0 ]; then
     echo "load.sh: WARNING: $t answered ${BAD[$t]} non-2xx responses; its figures are not comparable" >&2
     failed=1
+  fi
+  if awk -v o="${OTHER[$t]}" 'BEGIN { exit !(o > 10) }'; then
+    echo "load.sh: WARNING: other processes used up to ${OTHER[$t]}% of the CPU during the $t runs; rerun on a quiet machine" >&2
   fi
 done
 exit "$failed"

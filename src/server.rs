@@ -62,7 +62,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     rt.block_on(crate::receipts::signer::register(&store, &signer))?;
     let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone());
     let app = Arc::new(App {
-        upstream: UpstreamClient::new(App::upstream_timeouts(&cfg)),
+        upstream: UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file),
         config: cfg,
         store,
         snapshot,
@@ -113,12 +113,21 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
+    let tls = (!cfg.listen.tls_cert_file.is_empty()).then(|| (&cfg.listen.tls_cert_file, &cfg.listen.tls_key_file));
+    let tls_err = |e: pingora::BError| StartError::Pingora(format!("TLS listener: {e}"));
+
     let mut gateway = pingora::proxy::http_proxy_service(&server.configuration, Gateway::new(app.clone()));
-    gateway.add_tcp(&cfg.listen.gateway.to_string());
+    match tls {
+        Some((cert, key)) => gateway.add_tls(&cfg.listen.gateway.to_string(), cert, key).map_err(tls_err)?,
+        None => gateway.add_tcp(&cfg.listen.gateway.to_string()),
+    }
     server.add_service(gateway);
 
     let mut mgmt = Service::new("management".to_string(), ManagementApp::new(app.clone()));
-    mgmt.add_tcp(&cfg.listen.management.to_string());
+    match tls {
+        Some((cert, key)) => mgmt.add_tls(&cfg.listen.management.to_string(), cert, key).map_err(tls_err)?,
+        None => mgmt.add_tcp(&cfg.listen.management.to_string()),
+    }
     server.add_service(mgmt);
 
     let mut prom = pingora_prometheus::prometheus_http_service();

@@ -76,7 +76,7 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     fn from_pingora(e: &Error, during: &str) -> Self {
-        let text = format!("{during}: {}", e.etype().as_str());
+        let text = format!("{during}: {e}");
         match e.etype() {
             ErrorType::ConnectTimedout
             | ErrorType::ReadTimedout
@@ -96,8 +96,14 @@ pub struct UpstreamClient {
 const DNS_TTL: Duration = Duration::from_secs(60);
 
 impl UpstreamClient {
-    pub fn new(timeouts: Timeouts) -> Self {
-        UpstreamClient { connector: Connector::new(None), resolved: RwLock::new(HashMap::new()), timeouts }
+    /// `ca_file`: a PEM bundle trusted instead of the system store (empty: system store).
+    pub fn new(timeouts: Timeouts, ca_file: &str) -> Self {
+        let options = (!ca_file.is_empty()).then(|| {
+            let conf =
+                pingora::server::configuration::ServerConf { ca_file: Some(ca_file.to_string()), ..Default::default() };
+            pingora::connectors::ConnectorOptions::from_server_conf(&conf)
+        });
+        UpstreamClient { connector: Connector::new(options), resolved: RwLock::new(HashMap::new()), timeouts }
     }
 
     /// Resolves without blocking (HttpPeer::new would block and panic on failure), cached.

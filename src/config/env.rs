@@ -21,6 +21,9 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     number(var, "TOLLGATE_UPSTREAM_READ_TIMEOUT_MS", &mut cfg.upstream.read_timeout_ms)?;
     number(var, "TOLLGATE_MAX_BODY_BYTES", &mut cfg.limits.max_body_bytes)?;
     number(var, "TOLLGATE_THREADS", &mut cfg.server.threads)?;
+    text(var, "TOLLGATE_TLS_CERT_FILE", &mut cfg.listen.tls_cert_file);
+    text(var, "TOLLGATE_TLS_KEY_FILE", &mut cfg.listen.tls_key_file);
+    text(var, "TOLLGATE_UPSTREAM_CA_FILE", &mut cfg.upstream.ca_file);
     number(var, "TOLLGATE_GRACE_PERIOD_SECONDS", &mut cfg.server.grace_period_seconds)?;
     number(var, "TOLLGATE_SNAPSHOT_REFRESH_MS", &mut cfg.storage.snapshot_refresh_ms)?;
     Ok(())
@@ -42,4 +45,10 @@ fn number<T: std::str::FromStr>(var: Lookup, name: &str, slot: &mut T) -> Result
         *slot = v.trim().parse().map_err(|_| invalid(name, &format!("`{v}` is not a whole number")))?;
     }
     Ok(())
+}
+
+fn text(var: Lookup, name: &str, slot: &mut String) {
+    if let Some(v) = var(name) {
+        *slot = v;
+    }
 }

@@ -45,6 +45,9 @@ pub struct ListenSection {
     pub gateway: ListenAddr,
     pub management: ListenAddr,
     pub metrics: ListenAddr,
+    /// PEM certificate chain and key: when both are set, gateway and management speak TLS.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -70,6 +73,8 @@ pub struct UpstreamSection {
     pub connect_timeout_ms: u64,
     pub read_timeout_ms: u64,
     pub idle_pool_seconds: u64,
+    /// PEM CA bundle trusted for upstream TLS instead of the system store (private providers).
+    pub ca_file: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -122,6 +127,8 @@ impl Default for ListenSection {
             gateway: ListenAddr::parse("0.0.0.0:8080").unwrap(),
             management: ListenAddr::parse("0.0.0.0:8081").unwrap(),
             metrics: ListenAddr::parse("127.0.0.1:9090").unwrap(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -143,7 +150,12 @@ impl Default for LimitsSection {
 }
 impl Default for UpstreamSection {
     fn default() -> Self {
-        UpstreamSection { connect_timeout_ms: 10_000, read_timeout_ms: 600_000, idle_pool_seconds: 60 }
+        UpstreamSection {
+            connect_timeout_ms: 10_000,
+            read_timeout_ms: 600_000,
+            idle_pool_seconds: 60,
+            ca_file: String::new(),
+        }
     }
 }
 impl Default for ProvidersSection {
@@ -247,6 +259,17 @@ impl Config {
         for (name, p) in [("openai", &self.providers.openai), ("anthropic", &self.providers.anthropic)] {
             if let Err(e) = crate::upstream::BaseUrl::parse(&p.base_url) {
                 return bad(&format!("providers.{name}.base_url"), &e);
+            }
+        }
+        let (cert, key) = (&self.listen.tls_cert_file, &self.listen.tls_key_file);
+        if cert.is_empty() != key.is_empty() {
+            return bad("listen.tls_cert_file", "set both tls_cert_file and tls_key_file, or neither");
+        }
+        for (field, path) in
+            [("listen.tls_cert_file", cert), ("listen.tls_key_file", key), ("upstream.ca_file", &self.upstream.ca_file)]
+        {
+            if !path.is_empty() && std::fs::metadata(path).is_err() {
+                return bad(field, &format!("cannot read `{path}`"));
             }
         }
         for (model, price) in &self.pricing {

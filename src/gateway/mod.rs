@@ -40,7 +40,7 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn new(app: Arc<App>) -> Self {
-        let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config));
+        let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config), &app.config.upstream.ca_file);
         Gateway { app, upstream }
     }
 }
