@@ -237,11 +237,12 @@ parse_wrk() {
 }
 
 # CPU accounting (Linux /proc, clock ticks) to detect other work during a measured run:
-# cpu_ticks -> "busy total" for the whole machine: user + nice + system + steal (steal: the host
-# gave the CPU to someone else). irq/softirq time is left out of "busy": the loopback traffic of the
-# benchmark itself is processed there and is charged to no process.
+# cpu_ticks -> "busy total" for the whole machine: user + nice + system + irq + softirq + steal
+# (steal: the host gave the CPU to someone else). With tick-based accounting, irq/softirq ticks
+# (the loopback traffic) are also charged to the task that was running, so they match our_ticks.
 # our_ticks -> CPU used by the servers we started plus our reaped children (wrk, via `timeout`).
-cpu_ticks() { awk '$1 == "cpu" { b = $2 + $3 + $4 + $9; print b, b + $5 + $6 + $7 + $8; exit }' /proc/stat; }
+# The difference is other work on the machine, give or take a few % of rounding.
+cpu_ticks() { awk '$1 == "cpu" { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6; exit }' /proc/stat; }
 our_ticks() {
   local total=0 pid f
   for pid in ${PIDS[@]+"${PIDS[@]}"}; do

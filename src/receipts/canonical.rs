@@ -120,13 +120,14 @@ mod tests {
             "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],\
              \"string\":\"€$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"
         );
-        // Property sorting by UTF-16 code units (RFC 8785 §3.2.3).
+        // Property sorting by UTF-16 code units (RFC 8785 §3.2.3): U+20AC < U+D83D (the emoji's
+        // high surrogate) < U+FB33, although the emoji's code point is the largest.
         let sorted = canonical_bytes(&json!({"\u{20ac}": "Euro Sign", "\r": "Carriage Return", "1": "One",
             "\u{1f600}": "Emoji: Grinning Face", "\u{80}": "Control", "\u{fb33}": "Hebrew Letter Dalet With Dagesh"}));
         assert_eq!(
             String::from_utf8(sorted).unwrap(),
-            "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{1f600}\":\"Emoji: Grinning Face\",\
-             \"\u{20ac}\":\"Euro Sign\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
+            "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{20ac}\":\"Euro Sign\",\
+             \"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
         );
         for (f, text) in
             [(1e21, "1e+21"), (1e20, "100000000000000000000"), (5.85e-6, "0.00000585"), (1e-7, "1e-7"), (0.0, "0")]
