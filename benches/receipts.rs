@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tollgate::receipts::canonical::{seal, Check, Receipt, GENESIS};
+use tollgate::receipts::canonical::{seal, Check, GENESIS};
 use tollgate::receipts::signer::Signer;
 use tollgate::receipts::{Draft, Kind};
 use tollgate::store::{self, Store};
@@ -35,24 +35,7 @@ fn draft(tenant: &str, i: usize) -> Draft {
 
 fn bench_seal(c: &mut Criterion) {
     let signer = Signer::from_seed(&[7u8; 32]);
-    let d = draft("t", 0);
-    let receipt = Receipt {
-        v: 1,
-        tenant_id: d.tenant_id,
-        seq: 42,
-        receipt_id: d.receipt_id,
-        request_id: d.request_id,
-        actor: d.actor,
-        provider: d.provider,
-        model: d.model,
-        prompt_tokens: d.prompt_tokens,
-        completion_tokens: d.completion_tokens,
-        cost_usd: d.cost_usd,
-        checks: d.checks,
-        upstream_status: d.upstream_status,
-        ts: d.ts,
-        prev_hash: GENESIS.into(),
-    };
+    let (receipt, _, _) = draft("t", 0).into_receipt(42, GENESIS.into());
     c.bench_function("seal one receipt (JCS + SHA-256 + Ed25519)", |b| {
         b.iter_batched(|| receipt.clone(), |r| seal(r, signer.signing_key()), BatchSize::SmallInput)
     });

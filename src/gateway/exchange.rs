@@ -91,7 +91,11 @@ pub async fn relay(
     }
 
     let mut sse = SseSplitter::default();
-    let mut kept = BytesMut::new();
+    // Non-streamed answers: chunks are kept (shared, not copied) to read usage at the end, and
+    // one chunk is held back so the last one goes out with end-of-stream in a single write.
+    let mut kept: Vec<Bytes> = Vec::new();
+    let mut kept_len = 0usize;
+    let mut held: Option<Bytes> = None;
     loop {
         let chunk = match resp.next_chunk().await {
             Ok(Some(c)) => c,
@@ -112,10 +116,14 @@ pub async fn relay(
             }
             buf.freeze()
         } else {
-            if kept.len() + chunk.len() <= USAGE_BODY_CAP {
-                kept.extend_from_slice(&chunk);
+            if kept_len + chunk.len() <= USAGE_BODY_CAP {
+                kept_len += chunk.len();
+                kept.push(chunk.clone());
             }
-            chunk
+            match held.replace(chunk) {
+                Some(previous) => previous,
+                None => continue,
+            }
         };
         if !forward.is_empty() && session.write_response_body(Some(forward), false).await.is_err() {
             out.client_gone = true;
@@ -124,16 +132,15 @@ pub async fn relay(
     }
     if let Some(rest) = sse.finish() {
         read_event(dialect, &rest, &mut out.usage);
-        if !out.client_gone && session.write_response_body(Some(rest), false).await.is_err() {
-            out.client_gone = true;
-        }
+        held = Some(rest);
     }
     if !is_sse {
-        if let Ok(v) = serde_json::from_slice::<Value>(&kept) {
-            out.usage = usage::from_body(dialect, &v);
-        }
+        out.usage = match kept.len() {
+            1 => usage::from_json_bytes(dialect, &kept[0]),
+            _ => usage::from_json_bytes(dialect, &kept.concat()),
+        };
     }
-    if !out.client_gone && session.write_response_body(None, true).await.is_err() {
+    if !out.client_gone && session.write_response_body(held, true).await.is_err() {
         out.client_gone = true;
     }
     out.outcome = if (200..300).contains(&status) { UpstreamOutcome::Pass } else { UpstreamOutcome::Fail };

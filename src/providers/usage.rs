@@ -21,6 +21,17 @@ fn num(v: &Value, field: &str) -> Option<u64> {
     v.get(field).and_then(Value::as_u64)
 }
 
+/// Usage from the raw bytes of a whole JSON answer. Only `usage` is materialized: the rest of
+/// the answer (often most of it) is skipped by the parser, not built into values.
+pub fn from_json_bytes(dialect: Dialect, bytes: &[u8]) -> Option<Usage> {
+    #[derive(serde::Deserialize)]
+    struct UsageOnly {
+        usage: Option<Value>,
+    }
+    let u = serde_json::from_slice::<UsageOnly>(bytes).ok()?.usage?;
+    from_body(dialect, &serde_json::json!({ "usage": u }))
+}
+
 /// Usage from a whole (non-streamed) JSON answer.
 pub fn from_body(dialect: Dialect, body: &Value) -> Option<Usage> {
     let u = body.get("usage")?;
@@ -92,6 +103,14 @@ mod tests {
         let a = json!({"usage": {"input_tokens": 13, "output_tokens": 6, "cache_read_input_tokens": 2}});
         assert_eq!(from_body(Dialect::Anthropic, &a), Some(Usage { prompt_tokens: 15, completion_tokens: 6 }));
         assert_eq!(from_body(Dialect::OpenAi, &json!({})), None);
+    }
+
+    #[test]
+    fn usage_from_raw_bytes() {
+        let raw = br#"{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+        assert_eq!(from_json_bytes(Dialect::OpenAi, raw), Some(Usage { prompt_tokens: 3, completion_tokens: 2 }));
+        assert_eq!(from_json_bytes(Dialect::OpenAi, b"{\"error\":{}}"), None);
+        assert_eq!(from_json_bytes(Dialect::OpenAi, b"not json"), None);
     }
 
     #[test]

@@ -32,6 +32,30 @@ pub struct Draft {
     pub pack_version: String,
 }
 
+impl Draft {
+    /// The signed receipt at `seq` after `prev_hash`, and the unsigned side channels.
+    pub fn into_receipt(self, seq: u64, prev_hash: String) -> (Receipt, Kind, String) {
+        let receipt = Receipt {
+            v: 1,
+            tenant_id: self.tenant_id,
+            seq,
+            receipt_id: self.receipt_id,
+            request_id: self.request_id,
+            actor: self.actor,
+            provider: self.provider,
+            model: self.model,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cost_usd: self.cost_usd,
+            checks: self.checks,
+            upstream_status: self.upstream_status,
+            ts: self.ts,
+            prev_hash,
+        };
+        (receipt, self.kind, self.pack_version)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     ModelCall,
