@@ -39,6 +39,7 @@ pub mod gateway;
 pub mod keys;
 pub mod management;
 pub mod metrics;
+pub mod policy;
 pub mod pricing;
 pub mod providers;
 pub mod receipts;
