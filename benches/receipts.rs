@@ -8,7 +8,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tollgate::receipts::canonical::{seal, Check, GENESIS};
 use tollgate::receipts::signer::Signer;
-use tollgate::receipts::{Draft, Kind};
+use tollgate::receipts::{CacheSide, Draft, Kind};
 use tollgate::store::{self, Store};
 
 fn draft(tenant: &str, i: usize) -> Draft {
@@ -30,12 +30,15 @@ fn draft(tenant: &str, i: usize) -> Draft {
         ts: "2026-11-22 19:42:57.049".into(),
         kind: Kind::ModelCall,
         pack_version: String::new(),
+        cache: CacheSide::default(),
+        events: Vec::new(),
+        key_id: "01a204c8-7a19-7530-9164-000000000001".into(),
     }
 }
 
 fn bench_seal(c: &mut Criterion) {
     let signer = Signer::from_seed(&[7u8; 32]);
-    let (receipt, _, _) = draft("t", 0).into_receipt(42, GENESIS.into());
+    let (receipt, _) = draft("t", 0).into_receipt(42, GENESIS.into());
     c.bench_function("seal one receipt (JCS + SHA-256 + Ed25519)", |b| {
         b.iter_batched(|| receipt.clone(), |r| seal(r, signer.signing_key()), BatchSize::SmallInput)
     });

@@ -20,6 +20,8 @@ pub struct App {
     pub upstream: UpstreamClient,
     pub receipts: ReceiptQueue,
     pub signer: Arc<Signer>,
+    /// The exact-match answer cache (outlives policy reloads).
+    pub cache: Arc<crate::cache::AnswerCache>,
     pub started: Instant,
 }
 

@@ -84,13 +84,13 @@ pub enum Flavor {
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
-    /// Seconds for `Retry-After` (429 only).
-    pub retry_after: Option<u64>,
+    /// Extra answer headers (429: `Retry-After` and OpenAI's `x-ratelimit-*`).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into(), retry_after: None }
+        ApiError { kind, message: message.into(), headers: Vec::new() }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidRequest, message)
@@ -109,6 +109,10 @@ impl ApiError {
     }
     pub fn status(&self) -> u16 {
         self.kind.status()
+    }
+    pub fn with_headers(mut self, headers: Vec<(&'static str, String)>) -> Self {
+        self.headers.extend(headers);
+        self
     }
 
     pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {

@@ -20,6 +20,9 @@ pub struct Metrics {
     pub receipt_queue_depth: IntGauge,
     pub receipt_batch_size: Histogram,
     pub receipt_write_seconds: Histogram,
+    pub checks: IntCounterVec,
+    pub guardrail_events: IntCounterVec,
+    pub cache_saved_usd: CounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -82,4 +85,22 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         LATENCY_BUCKETS.to_vec()
     )
     .expect("register tollgate_receipt_write_seconds"),
+    checks: register_int_counter_vec!(
+        "tollgate_checks_total",
+        "Check results recorded on receipts, by check name and result",
+        &["check", "result"]
+    )
+    .expect("register tollgate_checks_total"),
+    guardrail_events: register_int_counter_vec!(
+        "tollgate_guardrail_events_total",
+        "Guardrail findings that flagged, redacted or blocked, by category, result and direction",
+        &["category", "result", "direction"]
+    )
+    .expect("register tollgate_guardrail_events_total"),
+    cache_saved_usd: register_counter_vec!(
+        "tollgate_cache_saved_usd_total",
+        "Provider cost avoided by cache hits, by model",
+        &["model"]
+    )
+    .expect("register tollgate_cache_saved_usd_total"),
 });

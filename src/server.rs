@@ -61,6 +61,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let signer = Arc::new(Signer::load_or_create(&cfg.signing_key_path())?);
     rt.block_on(crate::receipts::signer::register(&store, &signer))?;
     let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone());
+    let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let app = Arc::new(App {
         upstream: UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file),
         config: cfg,
@@ -69,6 +70,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         master,
         receipts,
         signer,
+        cache,
         started: Instant::now(),
     });
     Ok(Prepared { app, writer })

@@ -24,6 +24,8 @@ pub struct KeyState {
     /// Unix ms of the last request; 0 = never. Flushed to `last_used_at` in the background.
     pub last_used_ms: AtomicI64,
     pub flushed_ms: AtomicI64,
+    /// Requests and tokens per minute (`ratelimit`).
+    pub rate: Arc<crate::ratelimit::Windows>,
 }
 
 #[derive(Debug)]

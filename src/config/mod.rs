@@ -65,6 +65,11 @@ pub struct StorageSection {
 pub struct LimitsSection {
     pub max_body_bytes: usize,
     pub management_max_body_bytes: usize,
+    /// Answer tokens reserved (rate limits, budgets) when a request sets no `max_tokens`.
+    pub default_completion_tokens: u64,
+    /// Memory of the exact-match answer cache, and the largest answer it keeps.
+    pub cache_max_bytes: u64,
+    pub cache_max_entry_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -145,7 +150,13 @@ impl Default for StorageSection {
 }
 impl Default for LimitsSection {
     fn default() -> Self {
-        LimitsSection { max_body_bytes: 32 << 20, management_max_body_bytes: 16 << 20 }
+        LimitsSection {
+            max_body_bytes: 32 << 20,
+            management_max_body_bytes: 16 << 20,
+            default_completion_tokens: 1024,
+            cache_max_bytes: 64 << 20,
+            cache_max_entry_bytes: 1 << 20,
+        }
     }
 }
 impl Default for UpstreamSection {

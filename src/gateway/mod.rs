@@ -25,9 +25,10 @@ use crate::app::App;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::METRICS;
+use crate::pipeline::{self, Cached, Exchange, Outcome, Pipeline, Step};
 use crate::providers::{self, Usage};
 use crate::receipts::writer::InFlight;
-use crate::receipts::{self, Check, Draft, Kind};
+use crate::receipts::{self, CacheSide, Check, Draft, Kind};
 use crate::snapshot::{KeyEntry, Snapshot};
 use crate::upstream::{UpstreamClient, UpstreamError};
 pub use exchange::UpstreamOutcome;
@@ -36,12 +37,14 @@ use routes::Route;
 pub struct Gateway {
     app: Arc<App>,
     upstream: UpstreamClient,
+    pipeline: Pipeline,
 }
 
 impl Gateway {
     pub fn new(app: Arc<App>) -> Self {
         let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config), &app.config.upstream.ca_file);
-        Gateway { app, upstream }
+        let pipeline = Pipeline::new(crate::plugins::table(&app));
+        Gateway { app, upstream, pipeline }
     }
 }
 
@@ -63,6 +66,12 @@ pub struct Ctx {
     usage: Option<Usage>,
     cost_usd: f64,
     upstream: UpstreamOutcome,
+    /// The request as the checks saw it (None until it was parsed and routed).
+    exchange: Option<Exchange>,
+    /// The checks' per-request state and results.
+    cx: pipeline::Ctx,
+    /// The answer as the client got it, for the cache.
+    captured: Option<Cached>,
 }
 
 fn header_str(session: &Session, name: &str) -> Option<String> {
@@ -77,6 +86,7 @@ impl Ctx {
         if self.key.is_some() {
             h.push(("x-tollgate-receipt-id", self.receipt_id.clone()));
         }
+        h.extend(self.cx.headers.iter().cloned());
         h
     }
 
@@ -94,6 +104,15 @@ impl Ctx {
             UpstreamOutcome::Skipped => ("SKIPPED", "skipped"),
         };
         let usage = self.usage.unwrap_or_default();
+        let mut checks = self.cx.checks.clone();
+        checks.push(Check { name: "UPSTREAM".into(), result: result.into() });
+        checks.extend(self.cx.response_checks.iter().cloned());
+        let cache_result = self.cx.checks.iter().find(|c| c.name == "CACHE").map(|c| match c.result.as_str() {
+            "HIT" => "HIT",
+            "BYPASS" => "BYPASS",
+            _ => "MISS",
+        });
+        let saved = self.cx.saved.unwrap_or_default();
         Some(Draft {
             tenant_id: key.record.tenant_id.clone(),
             receipt_id: self.receipt_id.clone(),
@@ -104,11 +123,14 @@ impl Ctx {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             cost_usd: self.cost_usd,
-            checks: vec![Check { name: "UPSTREAM".into(), result: result.into() }],
+            checks,
             upstream_status: status.into(),
             ts: receipts::receipt_ts(chrono::Utc::now()),
-            kind: Kind::ModelCall,
+            kind: self.exchange.as_ref().map(|e| e.kind).unwrap_or(Kind::ModelCall),
             pack_version: String::new(),
+            cache: CacheSide { result: cache_result.unwrap_or(""), saved_tokens: saved.tokens, saved_usd: saved.usd },
+            events: self.cx.events.clone(),
+            key_id: key.record.id.clone(),
         })
     }
 }
@@ -152,6 +174,51 @@ impl Gateway {
             ctx.end_user = parsed.json.get("user").and_then(|u| u.as_str()).map(str::to_string);
         }
 
+        let headers = &session.req_header().headers;
+        let no_cache =
+            headers.get_all(http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+                v.split(',').any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "no-cache" | "no-store"))
+            });
+        let max_tokens = ["max_tokens", "max_completion_tokens"]
+            .iter()
+            .find_map(|f| parsed.json.get(*f).and_then(serde_json::Value::as_u64));
+        let mut ex = Exchange {
+            snap: ctx.snap.clone(),
+            key: key.clone(),
+            kind: Kind::ModelCall,
+            route: route.upstream_path(),
+            dialect: route.dialect(),
+            provider: parsed.provider.as_str().to_string(),
+            model: ctx.model.clone(),
+            tool: None,
+            stream: parsed.stream,
+            max_tokens,
+            prompt_tokens_est: pipeline::estimate_prompt_tokens(parsed.raw.len()),
+            body: parsed.json,
+            body_changed: false,
+            no_cache,
+            now: chrono::Utc::now(),
+        };
+        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx);
+        let body_changed = ex.body_changed;
+        let (stream, mut json) = (ex.stream, None);
+        if body_changed || (stream && route == Route::ChatCompletions) {
+            // The request checks are done with it: the body moves on to the upstream.
+            json = Some(std::mem::take(&mut ex.body));
+        }
+        ctx.exchange = Some(ex);
+        match step {
+            Step::Continue => {}
+            Step::Block(e) => return Err(e),
+            Step::Serve(hit) => {
+                ctx.status = hit.status;
+                let mut h = ctx.answer_headers();
+                h.push(("x-tollgate-cache", "HIT".to_string()));
+                respond::cached(session, &hit, &h).await.map_err(|_| ApiError::internal("client went away"))?;
+                return Ok(());
+            }
+        }
+
         let cred = ctx.snap.provider(key.tenant_id(), parsed.provider).cloned().ok_or_else(|| {
             ApiError::new(
                 ErrorKind::NotConfigured,
@@ -176,13 +243,13 @@ impl Gateway {
             anthropic_version,
         );
 
-        let mut edited = None;
         let mut hide_usage_chunk = false;
-        if parsed.stream && call.dialect == providers::Dialect::OpenAi && route == Route::ChatCompletions {
-            let mut json = parsed.json;
-            hide_usage_chunk = providers::ensure_stream_usage(&mut json);
-            edited = Some(json);
+        if let Some(j) = json.as_mut() {
+            if stream && call.dialect == providers::Dialect::OpenAi && route == Route::ChatCompletions {
+                hide_usage_chunk = providers::ensure_stream_usage(j);
+            }
         }
+        let edited = json.filter(|_| body_changed || hide_usage_chunk);
         let body = exchange::body_for_upstream(&parsed.raw, edited.as_ref());
 
         let sent_at = Instant::now();
@@ -207,13 +274,29 @@ impl Gateway {
             .with_label_values(&[parsed.provider.as_str()])
             .observe(sent_at.elapsed().as_secs_f64());
 
-        let relayed = exchange::relay(session, resp, call.dialect, hide_usage_chunk, &ctx.answer_headers()).await;
+        let headers = ctx.answer_headers();
+        let capture_limit = ctx.cx.cache_slot.is_some().then_some(ctx.snap.config.limits.cache_max_entry_bytes);
+        let plan = exchange::RelayPlan {
+            dialect: call.dialect,
+            flavor: route.flavor(),
+            hide_usage_chunk,
+            headers: &headers,
+            pipeline: &self.pipeline,
+            cx: &mut ctx.cx,
+            capture_limit,
+        };
+        let relayed = exchange::relay(session, resp, plan).await;
         ctx.status = relayed.status;
         ctx.upstream = relayed.outcome;
         ctx.usage = relayed.usage;
         if let Some(u) = relayed.usage {
             ctx.cost_usd = ctx.snap.pricing.cost(&ctx.model, u.prompt_tokens, u.completion_tokens);
         }
+        ctx.captured = relayed.captured.map(|mut c| {
+            c.usage = relayed.usage.unwrap_or_default();
+            c.cost_usd = ctx.cost_usd;
+            c
+        });
         if relayed.client_gone {
             log::info!("request {}: client disconnected before the answer was complete", ctx.request_id);
         }
@@ -243,6 +326,9 @@ impl ProxyHttp for Gateway {
             usage: None,
             cost_usd: 0.0,
             upstream: UpstreamOutcome::Skipped,
+            exchange: None,
+            cx: pipeline::Ctx::default(),
+            captured: None,
         }
     }
 
@@ -274,6 +360,17 @@ impl ProxyHttp for Gateway {
     /// Runs once per request after the answer, also on errors: the receipt goes to the writer's
     /// queue (never to the database from here), then metrics.
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        if let Some(ex) = ctx.exchange.as_ref() {
+            let done = Outcome {
+                ex,
+                status: ctx.status,
+                upstream: ctx.upstream,
+                usage: ctx.usage,
+                cost_usd: ctx.cost_usd,
+                answer: ctx.captured.take(),
+            };
+            self.pipeline.on_complete(&done, &mut ctx.cx);
+        }
         if let Some(draft) = ctx.draft() {
             self.app.receipts.submit(draft).await;
         }
@@ -284,6 +381,12 @@ impl ProxyHttp for Gateway {
         METRICS.latency.with_label_values(&[route, provider]).observe(ctx.started.elapsed().as_secs_f64());
         if let Some(kind) = ctx.error {
             METRICS.errors.with_label_values(&[kind.type_name(), "gateway"]).inc();
+        }
+        for c in ctx.cx.checks.iter().chain(&ctx.cx.response_checks) {
+            METRICS.checks.with_label_values(&[&c.name, &c.result]).inc();
+        }
+        if let Some(saved) = ctx.cx.saved {
+            METRICS.cache_saved_usd.with_label_values(&[&ctx.model]).inc_by(saved.usd);
         }
         if let Some(u) = ctx.usage {
             METRICS.tokens.with_label_values(&[provider, &ctx.model, "prompt"]).inc_by(u.prompt_tokens);

@@ -5,6 +5,7 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::error::{ApiError, Flavor};
+use crate::pipeline::Cached;
 
 pub async fn json(
     session: &mut Session,
@@ -28,8 +29,18 @@ pub async fn error(
     flavor: Flavor,
     mut headers: Vec<(&'static str, String)>,
 ) -> pingora::Result<()> {
-    if let Some(s) = e.retry_after {
-        headers.push(("retry-after", s.to_string()));
-    }
+    headers.extend(e.headers.iter().cloned());
     json(session, e.status(), e.body(flavor), &headers).await
+}
+
+/// Replays a cached answer (JSON, or the SSE bytes a streamed request was answered with).
+pub async fn cached(session: &mut Session, hit: &Cached, headers: &[(&'static str, String)]) -> pingora::Result<()> {
+    let mut h = ResponseHeader::build(hit.status, Some(2 + headers.len()))?;
+    h.insert_header("content-type", hit.content_type.as_str())?;
+    h.insert_header("content-length", hit.body.len().to_string())?;
+    for (k, v) in headers {
+        h.insert_header(*k, v.as_str())?;
+    }
+    session.write_response_header(Box::new(h), false).await?;
+    session.write_response_body(Some(hit.body.clone()), true).await
 }

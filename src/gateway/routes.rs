@@ -1,6 +1,7 @@
 //! The gateway's routes and what each one speaks.
 
 use crate::error::Flavor;
+use crate::providers::Dialect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -28,6 +29,14 @@ impl Route {
             Route::ChatCompletions => "/v1/chat/completions",
             Route::Embeddings => "/v1/embeddings",
             Route::Messages => "/v1/messages",
+        }
+    }
+
+    /// The API dialect the client speaks on this route.
+    pub fn dialect(self) -> Dialect {
+        match self {
+            Route::Messages => Dialect::Anthropic,
+            _ => Dialect::OpenAi,
         }
     }
 

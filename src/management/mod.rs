@@ -4,6 +4,7 @@
 //! receives the caller's [`Caller`] and only ever queries with its tenant id, so another
 //! tenant's ids simply are not found (404, never 403).
 
+mod analytics;
 mod compliance;
 mod keys;
 mod providers;
@@ -246,6 +247,14 @@ impl ManagementApp {
             },
             ["receipts", id, "verify-chain"] => match *m {
                 Method::GET => receipts::verify_chain(app, caller, id, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["anomalies"] => match *m {
+                Method::GET => analytics::anomalies(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["cache"] => match *m {
+                Method::GET => analytics::cache(app, caller, req).await,
                 _ => Err(method_not_allowed()),
             },
             ["compliance", "signing-keys"] => match *m {

@@ -17,7 +17,7 @@ const EXPORT_DEFAULT: u64 = 10_000;
 const UPSTREAM_STATUSES: [&str; 4] = ["ok", "error", "timeout", "skipped"];
 
 /// RFC 3339 → the receipts' own `YYYY-MM-DD HH:MM:SS.mmm` UTC form, which sorts as text.
-fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
+pub(super) fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
     let Some(v) = req.query(name) else { return Ok(None) };
     let t = chrono::DateTime::parse_from_rfc3339(v).map_err(|_| {
         ApiError::invalid(format!("query `{name}` must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z"))
@@ -25,7 +25,7 @@ fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
     Ok(Some(crate::receipts::receipt_ts(t.with_timezone(&chrono::Utc))))
 }
 
-fn number(req: &Req, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+pub(super) fn number(req: &Req, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
     match req.query(name) {
         None | Some("") => Ok(None),
         Some(v) => v

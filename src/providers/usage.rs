@@ -107,7 +107,8 @@ mod tests {
 
     #[test]
     fn usage_from_raw_bytes() {
-        let raw = br#"{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+        let raw =
+            br#"{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
         assert_eq!(from_json_bytes(Dialect::OpenAi, raw), Some(Usage { prompt_tokens: 3, completion_tokens: 2 }));
         assert_eq!(from_json_bytes(Dialect::OpenAi, b"{\"error\":{}}"), None);
         assert_eq!(from_json_bytes(Dialect::OpenAi, b"not json"), None);

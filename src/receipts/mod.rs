@@ -30,11 +30,35 @@ pub struct Draft {
     /// Unsigned side channels.
     pub kind: Kind,
     pub pack_version: String,
+    /// What the exact-match cache did and saved.
+    pub cache: CacheSide,
+    /// Guardrail redactions and blocks (stored beside the receipt, never any text).
+    pub events: Vec<GuardEvent>,
+    /// The key whose spend this request's cost adds to.
+    pub key_id: String,
+}
+
+/// The cache's unsigned side channel: `result` is `HIT`, `MISS`, `BYPASS` or empty (no cache).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheSide {
+    pub result: &'static str,
+    pub saved_tokens: u64,
+    pub saved_usd: f64,
+}
+
+/// One guardrail finding that changed or stopped a request (categories only, never text).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardEvent {
+    pub category: String,
+    /// `REDACT`, `BLOCK` or `FLAG`.
+    pub result: &'static str,
+    /// `request` or `response`.
+    pub direction: &'static str,
 }
 
 impl Draft {
     /// The signed receipt at `seq` after `prev_hash`, and the unsigned side channels.
-    pub fn into_receipt(self, seq: u64, prev_hash: String) -> (Receipt, Kind, String) {
+    pub fn into_receipt(self, seq: u64, prev_hash: String) -> (Receipt, Sides) {
         let receipt = Receipt {
             v: 1,
             tenant_id: self.tenant_id,
@@ -52,8 +76,25 @@ impl Draft {
             ts: self.ts,
             prev_hash,
         };
-        (receipt, self.kind, self.pack_version)
+        let sides = Sides {
+            kind: self.kind,
+            pack_version: self.pack_version,
+            cache: self.cache,
+            events: self.events,
+            key_id: self.key_id,
+        };
+        (receipt, sides)
     }
+}
+
+/// Everything stored beside a signed receipt.
+#[derive(Debug, Clone)]
+pub struct Sides {
+    pub kind: Kind,
+    pub pack_version: String,
+    pub cache: CacheSide,
+    pub events: Vec<GuardEvent>,
+    pub key_id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

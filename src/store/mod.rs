@@ -7,6 +7,7 @@
 //! the reactor of the runtime that opened it, so all database work runs on one dedicated runtime
 //! that lives as long as the process ([`Store::run`]); callers on any service runtime await it.
 
+pub mod analytics;
 pub mod keys;
 pub mod providers;
 pub mod receipts;

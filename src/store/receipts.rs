@@ -6,8 +6,9 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Backend, Store, StoreError};
+use crate::receipts::canonical::Sealed;
 use crate::receipts::canonical::{self, Check, Receipt, GENESIS};
-use crate::receipts::Draft;
+use crate::receipts::{Draft, GuardEvent, Sides};
 
 /// A stored receipt: the signed members plus chain fields and side channels.
 #[derive(Debug, Clone)]
@@ -23,6 +24,9 @@ pub struct StoredReceipt {
 const COLUMNS: &str = "tenant_id, seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
      completion_tokens, cost_usd, checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
      receipt_pack_version";
+/// Written with every receipt, never read back into a `StoredReceipt`.
+const WRITE_ONLY_COLUMNS: &str = "check_names, cache_result, saved_tokens, saved_usd";
+const RECEIPT_BINDS: usize = 24;
 
 fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
     let checks: String = r.try_get("checks")?;
@@ -55,7 +59,7 @@ fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
     })
 }
 
-/// Rows per multi-row INSERT (21 binds a row; SQLite allows 32 766 per statement). With
+/// Rows per multi-row INSERT (24 binds a row; SQLite allows 32 766 per statement). With
 /// positional `?` binds on SQLite, larger statements keep paying off; see `benches/receipts.rs`.
 const ROWS_PER_INSERT: usize = 128;
 
@@ -93,60 +97,21 @@ pub async fn append_batch(
                 let mut sides = Vec::with_capacity(drafts.len());
                 for d in drafts {
                     seq += 1;
-                    let (receipt, kind, pack) = d.into_receipt(seq, prev.clone());
+                    let (receipt, side) = d.into_receipt(seq, prev.clone());
                     let s = canonical::hash_only(receipt);
                     prev = s.this_hash.clone();
                     sealed.push(s);
-                    sides.push((kind.as_str(), pack));
+                    sides.push(side);
                 }
                 canonical::sign_all(&mut sealed, signer.signing_key());
-                let rows: Vec<_> = sealed.into_iter().zip(sides).map(|(s, (k, p))| (s, k, p)).collect();
+                let rows: Vec<(Sealed, Sides)> = sealed.into_iter().zip(sides).collect();
                 for chunk in rows.chunks(ROWS_PER_INSERT) {
-                    let mut sql = format!("INSERT INTO receipts ({COLUMNS}, check_names) VALUES ");
-                    for i in 0..chunk.len() {
-                        let b = i * 21;
-                        // SQLite binds `?` by position; with `$n` sqlx looks each name up among
-                        // all parameters of the statement (quadratic in the row count).
-                        let params: Vec<String> = match backend {
-                            Backend::Sqlite => vec!["?".to_string(); 21],
-                            Backend::Postgres => (1..=21).map(|k| format!("${}", b + k)).collect(),
-                        };
-                        if i > 0 {
-                            sql.push(',');
-                        }
-                        sql.push('(');
-                        sql.push_str(&params.join(","));
-                        sql.push(')');
-                    }
-                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-                    for (s, kind, pack) in chunk {
-                        let r = &s.receipt;
-                        let checks = serde_json::to_string(&r.checks).unwrap_or_else(|_| "[]".into());
-                        let names: String = r.checks.iter().map(|c| format!(",{}", c.name)).collect::<String>() + ",";
-                        q = q
-                            .bind(r.tenant_id.clone())
-                            .bind(r.seq as i64)
-                            .bind(r.receipt_id.clone())
-                            .bind(r.v as i64)
-                            .bind(r.request_id.clone())
-                            .bind(r.actor.clone())
-                            .bind(r.provider.clone())
-                            .bind(r.model.clone())
-                            .bind(r.prompt_tokens as i64)
-                            .bind(r.completion_tokens as i64)
-                            .bind(r.cost_usd)
-                            .bind(checks)
-                            .bind(r.upstream_status.clone())
-                            .bind(r.ts.clone())
-                            .bind(r.prev_hash.clone())
-                            .bind(s.this_hash.clone())
-                            .bind(s.signature.clone())
-                            .bind(signer.key_id.clone())
-                            .bind(kind.to_string())
-                            .bind(pack.clone())
-                            .bind(names);
-                    }
-                    q.execute(&mut *tx).await?;
+                    insert_receipts(&mut tx, backend, chunk, &signer.key_id).await?;
+                }
+                let events: Vec<(&Sealed, &GuardEvent)> =
+                    rows.iter().flat_map(|(s, side)| side.events.iter().map(move |e| (s, e))).collect();
+                for chunk in events.chunks(ROWS_PER_INSERT) {
+                    insert_events(&mut tx, backend, chunk).await?;
                 }
                 sqlx::query("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
                     .bind(seq as i64)
@@ -309,4 +274,101 @@ pub async fn nth_seq(store: &Store, tenant_id: &str, f: &Filter, n: u64) -> Resu
             Ok(row.map(|r| r.get::<i64, _>("seq") as u64))
         })
         .await
+}
+
+/// `(?,?,…),(?,?,…)` for `rows` rows of `per_row` binds: positional on SQLite (sqlx looks `$n`
+/// up among all parameters, quadratic in the row count), numbered on PostgreSQL.
+fn values_list(backend: Backend, rows: usize, per_row: usize) -> String {
+    let mut sql = String::with_capacity(rows * per_row * 4);
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for k in 0..per_row {
+            if k > 0 {
+                sql.push(',');
+            }
+            match backend {
+                Backend::Sqlite => sql.push('?'),
+                Backend::Postgres => sql.push_str(&format!("${}", i * per_row + k + 1)),
+            }
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+async fn insert_receipts(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    chunk: &[(Sealed, Sides)],
+    key_id: &str,
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO receipts ({COLUMNS}, {WRITE_ONLY_COLUMNS}) VALUES {}",
+        values_list(backend, chunk.len(), RECEIPT_BINDS)
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for (s, side) in chunk {
+        let r = &s.receipt;
+        let checks = serde_json::to_string(&r.checks).unwrap_or_else(|_| "[]".into());
+        let names: String = r.checks.iter().map(|c| format!(",{}", c.name)).collect::<String>() + ",";
+        q = q
+            .bind(r.tenant_id.clone())
+            .bind(r.seq as i64)
+            .bind(r.receipt_id.clone())
+            .bind(r.v as i64)
+            .bind(r.request_id.clone())
+            .bind(r.actor.clone())
+            .bind(r.provider.clone())
+            .bind(r.model.clone())
+            .bind(r.prompt_tokens as i64)
+            .bind(r.completion_tokens as i64)
+            .bind(r.cost_usd)
+            .bind(checks)
+            .bind(r.upstream_status.clone())
+            .bind(r.ts.clone())
+            .bind(r.prev_hash.clone())
+            .bind(s.this_hash.clone())
+            .bind(s.signature.clone())
+            .bind(key_id.to_string())
+            .bind(side.kind.as_str().to_string())
+            .bind(side.pack_version.clone())
+            .bind(names)
+            .bind(side.cache.result.to_string())
+            .bind(side.cache.saved_tokens as i64)
+            .bind(side.cache.saved_usd);
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn insert_events(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    chunk: &[(&Sealed, &GuardEvent)],
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, result, category, \
+         direction) VALUES {}",
+        values_list(backend, chunk.len(), 10)
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for (s, e) in chunk {
+        let r = &s.receipt;
+        q = q
+            .bind(uuid::Uuid::now_v7().to_string())
+            .bind(r.tenant_id.clone())
+            .bind(r.ts.clone())
+            .bind(r.receipt_id.clone())
+            .bind(r.actor.clone())
+            .bind(r.model.clone())
+            .bind("GUARDRAIL")
+            .bind(e.result)
+            .bind(e.category.clone())
+            .bind(e.direction);
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
 }

@@ -3,7 +3,9 @@
 //! - model `gpt-hang`: never answers (for upstream timeouts);
 //! - model `gpt-fail`: HTTP 500 with an OpenAI error body;
 //! - `"stream": true`: SSE; when the stand-in is gated, it sends the first event, then waits
-//!   for [`Standin::release`] before the rest (to prove the gateway does not buffer).
+//!   for [`Standin::release`] before the rest (to prove the gateway does not buffer);
+//! - a last message whose text starts with `ECHO:`: the answer text is the rest of it, and a
+//!   streamed answer sends each `|`-separated piece as its own event (to split text on purpose).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -134,6 +136,12 @@ async fn serve_conn(
             continue;
         }
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let echo = echo_text(&body);
+        let reply = echo.clone().map(|e| e.replace('|', "")).unwrap_or_else(|| "Hello from stand-in".to_string());
+        let pieces: Vec<String> = match &echo {
+            Some(e) => e.split('|').map(str::to_string).collect(),
+            None => vec!["Hello".into(), " from stand-in".into()],
+        };
         match (req.path.as_str(), stream) {
             ("/v1/models", _) => {
                 write_json(
@@ -150,7 +158,7 @@ async fn serve_conn(
             }
             ("/v1/chat/completions", false) => {
                 let b = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from stand-in"}, "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
                 write_json(&mut sock, 200, &b).await?
             }
@@ -161,11 +169,11 @@ async fn serve_conn(
                     json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
                 };
-                let mut events = vec![
-                    chunk(json!({"role": "assistant", "content": "Hello"}), Value::Null),
-                    chunk(json!({"content": " from stand-in"}), Value::Null),
-                    chunk(json!({}), json!("stop")),
-                ];
+                let mut events = vec![chunk(json!({"role": "assistant", "content": pieces[0]}), Value::Null)];
+                for p in &pieces[1..] {
+                    events.push(chunk(json!({"content": p}), Value::Null));
+                }
+                events.push(chunk(json!({}), json!("stop")));
                 if include_usage {
                     events.push(
                         json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
@@ -179,13 +187,13 @@ async fn serve_conn(
             }
             ("/v1/messages", false) => {
                 let b = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
-                    "content": [{"type": "text", "text": "Hello from stand-in"}], "stop_reason": "end_turn",
+                    "content": [{"type": "text", "text": reply}], "stop_reason": "end_turn",
                     "stop_sequence": null, "usage": {"input_tokens": 13, "output_tokens": 6}});
                 write_json(&mut sock, 200, &b).await?
             }
             ("/v1/messages", true) => {
                 let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-                let texts = vec![
+                let mut texts = vec![
                     ev(
                         "message_start",
                         json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
@@ -196,17 +204,21 @@ async fn serve_conn(
                         "content_block_start",
                         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
                     ),
-                    ev(
+                ];
+                for p in &pieces {
+                    texts.push(ev(
                         "content_block_delta",
-                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello from stand-in"}}),
-                    ),
+                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}),
+                    ));
+                }
+                texts.extend([
                     ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
                     ev(
                         "message_delta",
                         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 6}}),
                     ),
                     ev("message_stop", json!({"type": "message_stop"})),
-                ];
+                ]);
                 write_sse(&mut sock, &texts, &gate, &gated).await?;
                 return Ok(());
             }
@@ -214,6 +226,17 @@ async fn serve_conn(
         }
     }
     Ok(())
+}
+
+/// The text after `ECHO:` in the last message (string content or text parts).
+fn echo_text(body: &Value) -> Option<String> {
+    let last = body.get("messages")?.as_array()?.last()?;
+    let text = match last.get("content")? {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
+        _ => return None,
+    };
+    text.strip_prefix("ECHO:").map(str::to_string)
 }
 
 async fn write_json(sock: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {

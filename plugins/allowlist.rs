@@ -1,0 +1,24 @@
+//! `ALLOWLIST`: when a policy lists models, providers or tools, only those pass.
+
+use crate::error::{ApiError, ErrorKind};
+use crate::pipeline::{Check, Ctx, Exchange, Verdict};
+
+pub struct Allowlist;
+
+impl Check for Allowlist {
+    fn name(&self) -> &'static str {
+        "ALLOWLIST"
+    }
+
+    /// Applies when any enabled policy of the tenant has an allowlist (they intersect).
+    fn on_request(&self, ex: &mut Exchange, _cx: &mut Ctx) -> Verdict {
+        let policy = ex.snap.policy(ex.tenant_id());
+        if !policy.has_allowlist() {
+            return Verdict::Skip;
+        }
+        match policy.allowlist_violation(&super::policy::facts(ex)) {
+            None => Verdict::Pass("PASS"),
+            Some(why) => Verdict::Block("BLOCK", ApiError::new(ErrorKind::PolicyDenied, why)),
+        }
+    }
+}

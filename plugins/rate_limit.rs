@@ -1,0 +1,71 @@
+//! `RATELIMIT`: the key's requests and tokens per minute (`PATCH /v1/keys/{id}/limits`).
+
+use crate::error::{ApiError, ErrorKind};
+use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
+use crate::ratelimit;
+
+pub struct RateLimit;
+
+impl Check for RateLimit {
+    fn name(&self) -> &'static str {
+        "RATELIMIT"
+    }
+
+    /// Applies when the key has an rpm or tpm limit. Reserves one request and the request's
+    /// token estimate (prompt estimate + answer cap); refuses with 429 and the headers the
+    /// official SDKs back off on.
+    fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
+        let rec = &ex.key.record;
+        let rpm = rec.rpm_limit.map(|n| n.max(0) as u64);
+        let tpm = rec.tpm_limit.map(|n| n.max(0) as u64);
+        if rpm.is_none() && tpm.is_none() {
+            return Verdict::Skip;
+        }
+        let tokens = if tpm.is_some() { ex.prompt_tokens_est + ex.completion_tokens_cap() } else { 0 };
+        match ratelimit::acquire(&ex.key.state.rate, rpm, tpm, tokens, ex.now.timestamp_millis()) {
+            Ok((reservation, headers)) => {
+                cx.rate = Some(reservation);
+                cx.headers.extend(headers);
+                Verdict::Pass("PASS")
+            }
+            Err(limited) => Verdict::Block(
+                "BLOCK",
+                ApiError::new(ErrorKind::RateLimited, limited.message).with_headers(limited.headers),
+            ),
+        }
+    }
+
+    /// Corrects the token reservation to what the answer really used (0 when nothing was).
+    fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
+        if let Some(r) = cx.rate.take() {
+            let used = done.usage.map(|u| u.prompt_tokens + u.completion_tokens).unwrap_or(0);
+            ratelimit::settle(r, used, chrono::Utc::now().timestamp_millis());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn no_limits_no_check_and_a_limit_blocks_with_headers() {
+        let mut ex = Exchange::fixture(json!({"model": "gpt-4o-mini", "messages": []}));
+        let mut cx = Ctx::default();
+        assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Skip));
+
+        let mut rec = ex.key.record.clone();
+        rec.rpm_limit = Some(1);
+        ex.key = std::sync::Arc::new(crate::snapshot::KeyEntry { record: rec, state: Default::default() });
+        assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Pass("PASS")));
+        assert!(cx.headers.iter().any(|(k, v)| *k == "x-ratelimit-remaining-requests" && v == "0"));
+        match RateLimit.on_request(&mut ex, &mut Ctx::default()) {
+            Verdict::Block("BLOCK", e) => {
+                assert_eq!(e.status(), 429);
+                assert!(e.headers.iter().any(|(k, _)| *k == "retry-after"));
+            }
+            other => panic!("expected a block, got {other:?}"),
+        }
+    }
+}

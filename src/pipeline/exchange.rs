@@ -1,0 +1,149 @@
+//! What the checks see: a provider-neutral view of one request, of its answer text, and of how
+//! it ended. No Pingora types here, so every check is testable with a fixture.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::gateway::UpstreamOutcome;
+use crate::providers::{Dialect, Usage};
+use crate::receipts::Kind;
+use crate::snapshot::{KeyEntry, Snapshot};
+
+/// One request after authentication, parsing and routing.
+pub struct Exchange {
+    /// The snapshot pinned for this request (policies, budgets, prices).
+    pub snap: Arc<Snapshot>,
+    pub key: Arc<KeyEntry>,
+    pub kind: Kind,
+    /// The gateway route, e.g. `/v1/chat/completions` (part of the cache key).
+    pub route: &'static str,
+    pub dialect: Dialect,
+    pub provider: String,
+    pub model: String,
+    /// The tool name of a tool call.
+    pub tool: Option<String>,
+    pub stream: bool,
+    /// `max_tokens` / `max_completion_tokens` of the request.
+    pub max_tokens: Option<u64>,
+    /// A conservative estimate, for reservations and `promptTokensAbove`.
+    pub prompt_tokens_est: u64,
+    /// The parsed body; a check that changes it sets `body_changed`. Only request-side hooks
+    /// may read it: after them it may have moved on to the upstream.
+    pub body: Value,
+    pub body_changed: bool,
+    /// `Cache-Control: no-cache` from the client.
+    pub no_cache: bool,
+    pub now: DateTime<Utc>,
+}
+
+impl Exchange {
+    pub fn tenant_id(&self) -> &str {
+        self.key.tenant_id()
+    }
+
+    pub fn key_id(&self) -> &str {
+        &self.key.record.id
+    }
+
+    pub fn team_id(&self) -> Option<&str> {
+        self.key.record.team_id.as_deref()
+    }
+
+    /// Tokens to reserve for the answer: the request's own cap, else the configured default
+    /// (embeddings have no answer tokens).
+    pub fn completion_tokens_cap(&self) -> u64 {
+        if self.route == "/v1/embeddings" {
+            return 0;
+        }
+        self.max_tokens.unwrap_or(self.snap.config.limits.default_completion_tokens)
+    }
+
+    /// A fixture for unit tests: a developer key of tenant `t1` on default config.
+    pub fn fixture(body: Value) -> Exchange {
+        use crate::store::keys::KeyRecord;
+        let cfg = Arc::new(crate::config::Config::default());
+        let pricing = Arc::new(crate::pricing::Pricing::from_config(&cfg).expect("shipped pricing parses"));
+        let record = KeyRecord {
+            id: "k1".into(),
+            tenant_id: "t1".into(),
+            key_hash: String::new(),
+            label: String::new(),
+            key_class: "interactive".into(),
+            role: "developer".into(),
+            team_id: None,
+            budget_usd: None,
+            spent_usd: 0.0,
+            rpm_limit: None,
+            tpm_limit: None,
+            key_hint: String::new(),
+            created_at: String::new(),
+            last_used_at: None,
+        };
+        let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+        let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        Exchange {
+            snap: Arc::new(Snapshot::empty(cfg, pricing)),
+            key: Arc::new(KeyEntry { record, state: Default::default() }),
+            kind: Kind::ModelCall,
+            route: "/v1/chat/completions",
+            dialect: Dialect::OpenAi,
+            provider: "openai".into(),
+            model,
+            tool: None,
+            stream,
+            max_tokens,
+            prompt_tokens_est: estimate_prompt_tokens(body.to_string().len()),
+            body,
+            body_changed: false,
+            no_cache: false,
+            now: Utc::now(),
+        }
+    }
+}
+
+/// A conservative prompt-token estimate from the body size: about four bytes a token, and
+/// the JSON syntax around the text makes it an over-estimate, which is what a reservation wants.
+pub fn estimate_prompt_tokens(body_len: usize) -> u64 {
+    (body_len as u64).div_ceil(4)
+}
+
+/// A piece of the answer for the answer-side checks.
+pub enum ResponsePiece<'a> {
+    /// A whole non-streamed JSON answer.
+    Json(&'a mut Value),
+    /// The text of one streamed event. A check may hold text back (to see what follows) and
+    /// release it later; `end` asks it to release everything (`text` is then empty).
+    Delta { text: &'a mut String, end: bool },
+}
+
+/// A complete answer: what a cache hit replays and what a miss stores.
+#[derive(Debug, Clone)]
+pub struct Cached {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Bytes,
+    pub usage: Usage,
+    pub cost_usd: f64,
+}
+
+/// What a cache hit saved (unsigned side channel of the receipt).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Saved {
+    pub tokens: u64,
+    pub usd: f64,
+}
+
+/// How a request ended, for `on_complete`.
+pub struct Outcome<'a> {
+    pub ex: &'a Exchange,
+    pub status: u16,
+    pub upstream: UpstreamOutcome,
+    pub usage: Option<Usage>,
+    pub cost_usd: f64,
+    /// The answer as the client received it, when it was complete and worth caching.
+    pub answer: Option<Cached>,
+}
