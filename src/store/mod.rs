@@ -8,6 +8,7 @@
 //! that lives as long as the process ([`Store::run`]); callers on any service runtime await it.
 
 pub mod keys;
+pub mod policies;
 pub mod providers;
 pub mod receipts;
 pub mod tenants;
