@@ -232,14 +232,23 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::CheckConfig(arg) => match load(&arg) {
-            Ok(cfg) => match crate::pricing::Pricing::from_config(&cfg) {
-                Ok(_) => {
-                    let origin = arg.config.as_ref().map(|p| p.display().to_string());
-                    println!("tollgate: config OK ({})", origin.as_deref().unwrap_or("embedded defaults"));
-                    ExitCode::SUCCESS
+            Ok(cfg) => {
+                if let Err(e) = crate::pricing::Pricing::from_config(&cfg) {
+                    return fail(e);
                 }
-                Err(e) => fail(e),
-            },
+                let dir = &cfg.policies.dir;
+                let policies = match crate::policy::files::check_dir(dir) {
+                    Ok(n) => n,
+                    Err(e) => return fail(format!("invalid policy file(s):\n{e}")),
+                };
+                let origin = arg.config.as_ref().map(|p| p.display().to_string());
+                println!(
+                    "tollgate: config OK ({}); {policies} policy file(s) OK in {}",
+                    origin.as_deref().unwrap_or("embedded defaults"),
+                    dir.display()
+                );
+                ExitCode::SUCCESS
+            }
             Err(code) => code,
         },
     }

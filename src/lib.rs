@@ -13,7 +13,8 @@
 //!   logging ........ metrics (requests, latency, tokens, cost, errors)
 //! management listener (Pingora HTTP app, `management`) ── /v1/*, /status
 //! metrics listener (Pingora Prometheus service) ── /metrics
-//! background ── snapshot refresh (other processes' changes) and key last-use flush
+//! background ── snapshot refresh (other processes' changes) and key last-use flush;
+//!               policy file watcher (re-parses changed files, rebuilds the snapshot)
 //! ```
 //!
 //! The gateway reads the whole body before it chooses an upstream, so it runs the upstream
@@ -24,6 +25,7 @@
 //! - `cli`, `server`, `app`: the process, its services and shared state
 //! - `config`: YAML → validated config, env overrides; `pricing`: price table
 //! - `snapshot`: the hot path's immutable view; `keys`: virtual key secrets
+//! - `policy`: the policy language, its validation, per-tenant compilation, policy files
 //! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
 //! - `providers`: per-provider request building, usage reading, stored credentials
 //! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource

@@ -57,6 +57,8 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         Arc::new(MasterKey::load(std::env::var("TOLLGATE_MASTER_KEY").ok().as_deref(), &cfg.master_key_path())?);
     let pricing = Arc::new(Pricing::from_config(&cfg)?);
     let snapshot = Arc::new(SnapshotHandle::new(Snapshot::empty(cfg.clone(), pricing), store.clone(), master.clone()));
+    // File policies apply from the first request, not from the watcher's first tick.
+    snapshot.files.scan();
     rt.block_on(snapshot.rebuild())?;
     let signer = Arc::new(Signer::load_or_create(&cfg.signing_key_path())?);
     rt.block_on(crate::receipts::signer::register(&store, &signer))?;
@@ -136,6 +138,7 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     prom.add_tcp(&cfg.listen.metrics.to_string());
     server.add_service(prom);
 
+    server.add_service(background_service("policy files", PolicyWatcher { app: app.clone() }));
     server.add_service(background_service("snapshot refresh", Refresher { app }));
     server.add_service(background_service("receipt writer", writer));
     Ok(server)
@@ -182,6 +185,41 @@ impl BackgroundService for Refresher {
                     self.tick().await;
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// Polls the policy directory; on any change (files added, edited, broken, fixed, removed)
+/// rebuilds the snapshot so the new set is in force for the next request.
+struct PolicyWatcher {
+    app: Arc<App>,
+}
+
+impl PolicyWatcher {
+    async fn tick(&self) {
+        let files = self.app.snapshot.files.clone();
+        // Directory reads are blocking file I/O: keep them off the service's async workers.
+        let changed = tokio::task::spawn_blocking(move || files.scan()).await.unwrap_or(false);
+        if changed {
+            if let Err(e) = self.app.snapshot.rebuild().await {
+                log::warn!("policy files changed but the snapshot rebuild failed (the refresh retries): {e}");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for PolicyWatcher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let period = Duration::from_millis(self.app.config.policies.watch_ms.max(50));
+        let mut timer = tokio::time::interval(period);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.tick().await;
+        loop {
+            tokio::select! {
+                _ = timer.tick() => self.tick().await,
+                _ = shutdown.changed() => return,
             }
         }
     }

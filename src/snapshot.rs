@@ -1,4 +1,5 @@
-//! The immutable view the hot path reads: keys by hash, provider credentials, routes, prices.
+//! The immutable view the hot path reads: keys by hash, provider credentials, compiled tenant
+//! policies, routes, prices.
 //!
 //! Requests pin one `Arc<Snapshot>` (an ArcSwap load, no lock, no I/O). Any change made through
 //! the API rebuilds the snapshot from the database and swaps it in before the API call returns;
@@ -12,6 +13,8 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, ProviderName};
+use crate::policy::files::PolicyFiles;
+use crate::policy::{validate, CompiledPolicy, TenantPolicy};
 use crate::pricing::Pricing;
 use crate::sealing::MasterKey;
 use crate::secret::Secret;
@@ -58,6 +61,12 @@ pub struct ProviderCred {
 pub struct Snapshot {
     keys: HashMap<[u8; 32], Arc<KeyEntry>>,
     providers: HashMap<(String, ProviderName), Arc<ProviderCred>>,
+    /// Merged policies by tenant id; tenants without any are absent.
+    policies: HashMap<String, Arc<TenantPolicy>>,
+    /// Compiled enabled API policies by policy id, reused by the next rebuild while unchanged.
+    api_policies: HashMap<String, Arc<CompiledPolicy>>,
+    tenant_names: HashMap<String, String>,
+    no_policy: Arc<TenantPolicy>,
     pub config: Arc<Config>,
     pub pricing: Arc<Pricing>,
 }
@@ -92,8 +101,31 @@ impl Snapshot {
         self.config.routes.iter().find(|r| r.model.matches(model)).map(|r| r.provider)
     }
 
+    /// The tenant's merged policies (an empty policy when it has none).
+    pub fn policy(&self, tenant_id: &str) -> Arc<TenantPolicy> {
+        self.policies.get(tenant_id).unwrap_or(&self.no_policy).clone()
+    }
+
+    pub fn tenant_name(&self, tenant_id: &str) -> Option<&str> {
+        self.tenant_names.get(tenant_id).map(String::as_str)
+    }
+
+    /// Enabled API policies in force, over all tenants.
+    pub fn api_policy_count(&self) -> usize {
+        self.api_policies.len()
+    }
+
     pub fn empty(config: Arc<Config>, pricing: Arc<Pricing>) -> Snapshot {
-        Snapshot { keys: HashMap::new(), providers: HashMap::new(), config, pricing }
+        Snapshot {
+            keys: HashMap::new(),
+            providers: HashMap::new(),
+            policies: HashMap::new(),
+            api_policies: HashMap::new(),
+            tenant_names: HashMap::new(),
+            no_policy: Arc::new(TenantPolicy::empty()),
+            config,
+            pricing,
+        }
     }
 }
 
@@ -102,15 +134,19 @@ pub struct SnapshotHandle {
     rebuild_lock: tokio::sync::Mutex<()>,
     store: Store,
     master: Arc<MasterKey>,
+    /// Policy files of `policies.dir`; scanned by the policy watcher, read by every rebuild.
+    pub files: Arc<PolicyFiles>,
 }
 
 impl SnapshotHandle {
     pub fn new(initial: Snapshot, store: Store, master: Arc<MasterKey>) -> Self {
+        let files = Arc::new(PolicyFiles::new(initial.config.policies.dir.clone()));
         SnapshotHandle {
             current: ArcSwap::from_pointee(initial),
             rebuild_lock: tokio::sync::Mutex::new(()),
             store,
             master,
+            files,
         }
     }
 
@@ -118,13 +154,15 @@ impl SnapshotHandle {
         self.current.load_full()
     }
 
-    /// Re-reads keys and credentials and swaps the new snapshot in. Serialized, so an older
-    /// read can never overwrite a newer one.
+    /// Re-reads keys, credentials and policies and swaps the new snapshot in. Serialized, so
+    /// an older read can never overwrite a newer one.
     pub async fn rebuild(&self) -> Result<(), StoreError> {
         let _guard = self.rebuild_lock.lock().await;
         let old = self.load();
         let key_rows = store::keys::all_active(&self.store).await?;
         let cred_rows = store::providers::all(&self.store).await?;
+        let policy_rows = store::policies::all_enabled(&self.store).await?;
+        let tenants = store::tenants::all(&self.store).await?;
 
         let mut keys = HashMap::with_capacity(key_rows.len());
         let old_state: HashMap<&str, &Arc<KeyState>> =
@@ -146,7 +184,41 @@ impl SnapshotHandle {
                 Err(e) => log::error!("provider {} of tenant {}: {e}", row.provider, row.tenant_id),
             }
         }
-        let next = Snapshot { keys, providers, config: old.config.clone(), pricing: old.pricing.clone() };
+        // Rows come ordered by tenant, then id (creation order): the evaluation order.
+        let mut api_policies = HashMap::with_capacity(policy_rows.len());
+        let mut by_tenant: HashMap<String, Vec<Arc<CompiledPolicy>>> = HashMap::new();
+        for row in policy_rows {
+            let reused = old.api_policies.get(&row.id).filter(|c| c.yaml() == row.yaml).cloned();
+            let compiled = match reused {
+                Some(c) => c,
+                None => match validate::parse_api(&row.yaml)
+                    .and_then(|doc| CompiledPolicy::compile(&row.id, &row.yaml, doc))
+                {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        // Only possible for rows written around the API (validation on write).
+                        log::error!("policy {} of tenant {} is not in force: {e}", row.id, row.tenant_id);
+                        continue;
+                    }
+                },
+            };
+            by_tenant.entry(row.tenant_id).or_default().push(compiled.clone());
+            api_policies.insert(row.id, compiled);
+        }
+        let files = self.files.current().compiled();
+        let policies = crate::policy::compiled::build_all(&tenants, &by_tenant, &files);
+        let tenant_names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
+
+        let next = Snapshot {
+            keys,
+            providers,
+            policies,
+            api_policies,
+            tenant_names,
+            no_policy: old.no_policy.clone(),
+            config: old.config.clone(),
+            pricing: old.pricing.clone(),
+        };
         self.current.store(Arc::new(next));
         Ok(())
     }

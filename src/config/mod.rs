@@ -29,6 +29,7 @@ pub struct Config {
     pub providers: ProvidersSection,
     pub routes: Vec<RouteRule>,
     pub pricing: BTreeMap<String, Price>,
+    pub policies: PoliciesSection,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -58,6 +59,17 @@ pub struct StorageSection {
     pub master_key_file: String,
     pub signing_key_file: String,
     pub snapshot_refresh_ms: u64,
+}
+
+/// Policy files on disk (read-only through the API), applied beside the tenants' API policies.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoliciesSection {
+    /// Directory of `*.yaml` / `*.yml` policy files; relative to the working directory. A
+    /// missing directory means no file policies.
+    pub dir: PathBuf,
+    /// How often the directory is checked for changes.
+    pub watch_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -148,6 +160,11 @@ impl Default for StorageSection {
         }
     }
 }
+impl Default for PoliciesSection {
+    fn default() -> Self {
+        PoliciesSection { dir: PathBuf::from("conf/policies"), watch_ms: 1000 }
+    }
+}
 impl Default for LimitsSection {
     fn default() -> Self {
         LimitsSection {
@@ -203,6 +220,7 @@ impl Default for Config {
                 route("claude-*", Anthropic),
             ],
             pricing: BTreeMap::new(),
+            policies: PoliciesSection::default(),
         }
     }
 }
@@ -227,7 +245,14 @@ pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> R
             .unwrap_or_else(|| origin.to_string());
         // serde_yaml appends its own " at line X column Y"; we already lead with it.
         let msg = inner.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        let mut msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        // Errors raised inside a value (custom validation) come prefixed with serde_yaml's own,
+        // shorter path; the field we name already says where.
+        if let Some((head, rest)) = msg.split_once(": ") {
+            if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
+                msg = rest.to_string();
+            }
+        }
         if path.is_empty() || path == "." {
             ConfigError::Invalid(format!("{loc}: {msg}"))
         } else {
@@ -282,6 +307,9 @@ impl Config {
             if !path.is_empty() && std::fs::metadata(path).is_err() {
                 return bad(field, &format!("cannot read `{path}`"));
             }
+        }
+        if self.policies.watch_ms == 0 {
+            return bad("policies.watch_ms", "must be greater than 0");
         }
         for (model, price) in &self.pricing {
             if !(price.input >= 0.0 && price.output >= 0.0) {

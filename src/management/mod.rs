@@ -7,6 +7,7 @@
 mod analytics;
 mod compliance;
 mod keys;
+mod policies;
 mod providers;
 mod receipts;
 mod status;
@@ -231,6 +232,17 @@ impl ManagementApp {
             },
             ["providers", p, "test"] => match *m {
                 Method::POST => providers::test(app, caller, p).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["policies"] => match *m {
+                Method::GET => policies::list(app, caller, req).await,
+                Method::POST => policies::create(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["policies", id] => match *m {
+                Method::GET => policies::get(app, caller, id).await,
+                Method::PUT => policies::replace(app, caller, id, req).await,
+                Method::DELETE => policies::delete(app, caller, id).await,
                 _ => Err(method_not_allowed()),
             },
             ["receipts"] => match *m {

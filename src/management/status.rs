@@ -78,6 +78,8 @@ pub async fn get(app: &App) -> Handled {
         ));
     }
 
+    components.push(policies_component(app));
+
     let overall = if components.iter().any(|c| c["critical"] == true && c["status"] == "outage") {
         "outage"
     } else if components.iter().any(|c| c["status"] != "operational") {
@@ -87,6 +89,32 @@ pub async fn get(app: &App) -> Handled {
     };
     let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     Ok(Reply::Json(200, json!({ "status": overall, "components": components, "updatedAt": updated })))
+}
+
+/// Policy files that fail to parse keep their last good version in force: degraded, naming
+/// each broken file and its error (line, column, field), until the file is fixed.
+fn policies_component(app: &App) -> Value {
+    let files = app.snapshot.files.current();
+    let api = app.snapshot.load().api_policy_count();
+    let dir = app.snapshot.files.dir().display().to_string();
+    let mut problems: Vec<String> = files.dir_error.iter().cloned().collect();
+    problems.extend(
+        files
+            .errors
+            .iter()
+            .map(|e| format!("{} rejected: {}", e.name, e.message.chars().take(400).collect::<String>())),
+    );
+    if !problems.is_empty() {
+        let detail = format!(
+            "{}; {} file policies and {api} API policies in force (broken files keep their last good version)",
+            problems.join("; "),
+            files.policies.len()
+        );
+        return component("policies", "core", "degraded", false, detail);
+    }
+    let from = if files.dir_exists { format!("from {dir}") } else { format!("({dir} does not exist)") };
+    let detail = format!("{} file policies {from}; {api} API policies in force", files.policies.len());
+    component("policies", "core", "operational", false, detail)
 }
 
 /// Database errors can be long; the public page needs only their gist.

@@ -114,7 +114,7 @@ pub struct TimeDoc {
     #[serde(default)]
     pub days: Vec<Weekday>,
     /// `HH:MM-HH:MM` in UTC; a window may wrap midnight.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "hours_window")]
     pub hours: Option<String>,
 }
 
@@ -179,10 +179,55 @@ pub struct PiiDoc {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PatternDoc {
+    /// A Rust `regex`; checked while parsing so the error names its line and column.
+    #[serde(deserialize_with = "regex_pattern")]
     pub pattern: String,
     pub action: GuardAction,
     #[serde(default = "custom_category")]
     pub category: String,
+}
+
+// Checks that serde cannot express are done inside deserialization, so their errors carry
+// the value's line, column and field path like every other error.
+fn regex_pattern<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    match regex::Regex::new(&s) {
+        Ok(_) => Ok(s),
+        Err(e) => {
+            let detail = e.to_string();
+            // regex errors span several lines (the pattern, a caret, the reason): keep the reason.
+            let reason = detail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("invalid").trim();
+            let reason = reason.trim_start_matches("error: ");
+            Err(serde::de::Error::custom(format!("not a valid regular expression: {reason}")))
+        }
+    }
+}
+
+fn hours_window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_hours(&s).map_err(serde::de::Error::custom)?;
+    Ok(Some(s))
+}
+
+/// `HH:MM-HH:MM` → (start, end) in minutes after midnight UTC, end exclusive (`24:00` = 1440).
+/// `end` may be before `start` (the window wraps midnight); equal ends are rejected as ambiguous.
+pub fn parse_hours(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("`{s}` is not a time window: write HH:MM-HH:MM in UTC, e.g. 22:00-06:00");
+    let (a, b) = s.trim().split_once('-').ok_or_else(bad)?;
+    let minute = |t: &str| -> Option<u16> {
+        let (h, m) = t.trim().split_once(':')?;
+        if h.len() != 2 || m.len() != 2 {
+            return None;
+        }
+        let (h, m) = (h.parse::<u16>().ok()?, m.parse::<u16>().ok()?);
+        // 24:00 is accepted as the end of the day.
+        ((h < 24 && m < 60) || (h == 24 && m == 0)).then_some(h * 60 + m)
+    };
+    let (start, end) = (minute(a).ok_or_else(bad)?, minute(b).ok_or_else(bad)?);
+    if start == end || start == 1440 {
+        return Err(format!("`{s}` is not a time window: start and end must differ and start must be before 24:00"));
+    }
+    Ok((start, end))
 }
 
 fn custom_category() -> String {

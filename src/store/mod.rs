@@ -9,6 +9,7 @@
 
 pub mod analytics;
 pub mod keys;
+pub mod policies;
 pub mod providers;
 pub mod receipts;
 pub mod tenants;

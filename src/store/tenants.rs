@@ -56,3 +56,13 @@ pub async fn exists(store: &Store, id: &str) -> Result<bool, StoreError> {
         })
         .await
 }
+
+/// Every tenant (file policies may name a tenant by id or by name).
+pub async fn all(store: &Store) -> Result<Vec<Tenant>, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let rows = sqlx::query("SELECT id, name FROM tenants ORDER BY id").fetch_all(&pool).await?;
+            Ok(rows.iter().map(|r| Tenant { id: r.get("id"), name: r.get("name") }).collect())
+        })
+        .await
+}
