@@ -30,6 +30,8 @@
 //! - `providers`: per-provider request building, usage reading, stored credentials
 //! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
 //! - `error`: the one table from error kind to status and envelope; `metrics`: Prometheus
+//! - `guardrails`: PII, secrets, prompt injection and custom patterns found, redacted or blocked
+//!   in request and (streamed) response text; pure, compiled once per snapshot
 //! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
 
 pub mod app;
@@ -39,6 +41,7 @@ pub mod compliance;
 pub mod config;
 pub mod error;
 pub mod gateway;
+pub mod guardrails;
 pub mod keys;
 pub mod management;
 pub mod metrics;
