@@ -89,6 +89,8 @@ pub struct TenantPolicy {
     sources: Vec<Arc<CompiledPolicy>>,
     allowlist: Allowlist,
     guardrails: Vec<GuardrailsDoc>,
+    /// The guardrail sections merged and compiled once (None when none is active).
+    rails: Option<Arc<crate::guardrails::Guardrails>>,
     cache: Option<CacheSettings>,
 }
 
@@ -127,7 +129,21 @@ impl TenantPolicy {
             Some(ttl) if !cache_off => Some(CacheSettings { ttl: Duration::from_secs(ttl) }),
             _ => None,
         };
-        TenantPolicy { id, sources, allowlist, guardrails, cache }
+        let rails = if guardrails.is_empty() {
+            None
+        } else {
+            let docs: Vec<&GuardrailsDoc> = guardrails.iter().collect();
+            match crate::guardrails::Guardrails::compile(&docs) {
+                Ok(g) if g.is_empty() => None,
+                Ok(g) => Some(Arc::new(g)),
+                Err(e) => {
+                    // Patterns are checked when a policy is accepted, so this is a bug, not input.
+                    log::error!("policy set {id}: guardrails could not be compiled: {e}");
+                    None
+                }
+            }
+        };
+        TenantPolicy { id, sources, allowlist, guardrails, rails, cache }
     }
 
     /// Whether the `policy` check applies (some policy has rules).
@@ -155,6 +171,11 @@ impl TenantPolicy {
     /// tenant's allowlist"), or None when it passes.
     pub fn allowlist_violation(&self, f: &Facts) -> Option<String> {
         self.allowlist.violation(f)
+    }
+
+    /// The tenant's guardrails, merged (strictest per category) and compiled.
+    pub fn guardrails(&self) -> Option<&Arc<crate::guardrails::Guardrails>> {
+        self.rails.as_ref()
     }
 
     /// Raw guardrail sections in policy order, for the guardrails engine to merge.
