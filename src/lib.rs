@@ -24,6 +24,7 @@
 //! - `cli`, `server`, `app`: the process, its services and shared state
 //! - `config`: YAML → validated config, env overrides; `pricing`: price table
 //! - `snapshot`: the hot path's immutable view; `keys`: virtual key secrets
+//! - `budget`: the budget book (which limits apply) and the in-memory spend ledger
 //! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
 //! - `providers`: per-provider request building, usage reading, stored credentials
 //! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
@@ -31,6 +32,7 @@
 //! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
 
 pub mod app;
+pub mod budget;
 pub mod cli;
 pub mod compliance;
 pub mod config;

@@ -1,4 +1,5 @@
-//! The immutable view the hot path reads: keys by hash, provider credentials, routes, prices.
+//! The immutable view the hot path reads: keys by hash, provider credentials, routes, prices,
+//! team names and the budget book.
 //!
 //! Requests pin one `Arc<Snapshot>` (an ArcSwap load, no lock, no I/O). Any change made through
 //! the API rebuilds the snapshot from the database and swaps it in before the API call returns;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
+use crate::budget::BudgetBook;
 use crate::config::{Config, ProviderName};
 use crate::pricing::Pricing;
 use crate::sealing::MasterKey;
@@ -58,6 +60,10 @@ pub struct Snapshot {
     providers: HashMap<(String, ProviderName), Arc<ProviderCred>>,
     pub config: Arc<Config>,
     pub pricing: Arc<Pricing>,
+    /// Which limits apply to which key, team and tenant.
+    pub budgets: Arc<BudgetBook>,
+    /// Team names by team id, for policies that match on a key's team.
+    pub teams: HashMap<String, String>,
 }
 
 /// SHA-256 of a presented key: how keys are stored and looked up.
@@ -91,7 +97,14 @@ impl Snapshot {
     }
 
     pub fn empty(config: Arc<Config>, pricing: Arc<Pricing>) -> Snapshot {
-        Snapshot { keys: HashMap::new(), providers: HashMap::new(), config, pricing }
+        Snapshot {
+            keys: HashMap::new(),
+            providers: HashMap::new(),
+            config,
+            pricing,
+            budgets: Arc::new(BudgetBook::default()),
+            teams: HashMap::new(),
+        }
     }
 }
 
@@ -116,13 +129,17 @@ impl SnapshotHandle {
         self.current.load_full()
     }
 
-    /// Re-reads keys and credentials and swaps the new snapshot in. Serialized, so an older
+    /// Re-reads keys, credentials, teams and budgets and swaps the new snapshot in. Serialized, so an older
     /// read can never overwrite a newer one.
     pub async fn rebuild(&self) -> Result<(), StoreError> {
         let _guard = self.rebuild_lock.lock().await;
         let old = self.load();
         let key_rows = store::keys::all_active(&self.store).await?;
         let cred_rows = store::providers::all(&self.store).await?;
+        let team_rows = store::teams::all(&self.store).await?;
+        let budget_rows = store::budgets::all(&self.store).await?;
+        let budgets = Arc::new(BudgetBook::build(&budget_rows, &key_rows, &team_rows));
+        let teams = team_rows.into_iter().map(|t| (t.id, t.name)).collect();
 
         let mut keys = HashMap::with_capacity(key_rows.len());
         let old_state: HashMap<&str, &Arc<KeyState>> =
@@ -144,7 +161,8 @@ impl SnapshotHandle {
                 Err(e) => log::error!("provider {} of tenant {}: {e}", row.provider, row.tenant_id),
             }
         }
-        let next = Snapshot { keys, providers, config: old.config.clone(), pricing: old.pricing.clone() };
+        let next =
+            Snapshot { keys, providers, config: old.config.clone(), pricing: old.pricing.clone(), budgets, teams };
         self.current.store(Arc::new(next));
         Ok(())
     }

@@ -4,7 +4,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{now_ts, Store, StoreError};
+use super::{now_ts, nullable_real, Store, StoreError};
 
 /// A key as the management API shows it (the secret is never part of it).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -79,12 +79,13 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
         last_used_at: None,
     };
     let r = rec.clone();
+    let (budget_value, budget_set) = nullable_real(r.budget_usd);
     store
         .run(|pool, _| async move {
             sqlx::query(
                 "INSERT INTO api_keys (id, tenant_id, key_hash, key_hint, label, key_class, role, \
                  team_id, budget_usd, spent_usd, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10)",
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $11 = 1 THEN $9 END, 0, $10)",
             )
             .bind(r.id)
             .bind(r.tenant_id)
@@ -94,8 +95,9 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
             .bind(r.key_class)
             .bind(r.role)
             .bind(r.team_id)
-            .bind(r.budget_usd)
+            .bind(budget_value)
             .bind(r.created_at)
+            .bind(budget_set)
             .execute(&pool)
             .await?;
             Ok(())
@@ -132,6 +134,21 @@ pub async fn list(
             );
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(only).bind(after).bind(limit).fetch_all(&pool).await?;
             Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// Whether the tenant has a live (not revoked) key with this id.
+pub async fn is_live(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
+    let (t, id) = (tenant_id.to_string(), id.to_string());
+    store
+        .run(|pool, _| async move {
+            let row = sqlx::query("SELECT id FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL")
+                .bind(t)
+                .bind(id)
+                .fetch_optional(&pool)
+                .await?;
+            Ok(row.is_some())
         })
         .await
 }
