@@ -74,7 +74,7 @@ impl Check for Guardrail {
         if !rails.applies_to(Direction::Request) {
             return Verdict::Skip;
         }
-        let out = guardrails::apply_to_request_json(&rails, &mut ex.body);
+        let out = guardrails::apply_to_request_json(rails, &mut ex.body);
         record(cx, &out.findings, "request");
         if out.changed {
             ex.body_changed = true;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::budget::Ledger;
 use crate::config::Config;
 use crate::receipts::signer::Signer;
 use crate::receipts::writer::ReceiptQueue;
@@ -15,6 +16,8 @@ pub struct App {
     pub config: Arc<Config>,
     pub store: Store,
     pub snapshot: Arc<SnapshotHandle>,
+    /// Spend and reservations against budgets; outlives every snapshot.
+    pub ledger: Arc<Ledger>,
     pub master: Arc<MasterKey>,
     /// Upstream client of the management API (provider tests); the gateway owns its own pool.
     pub upstream: UpstreamClient,

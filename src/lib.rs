@@ -26,6 +26,7 @@
 //! - `config`: YAML → validated config, env overrides; `pricing`: price table
 //! - `snapshot`: the hot path's immutable view; `keys`: virtual key secrets
 //! - `policy`: the policy language, its validation, per-tenant compilation, policy files
+//! - `budget`: the budget book (which limits apply) and the in-memory spend ledger
 //! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
 //! - `providers`: per-provider request building, usage reading, stored credentials
 //! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
@@ -35,6 +36,7 @@
 //! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
 
 pub mod app;
+pub mod budget;
 pub mod cache;
 pub mod cli;
 pub mod compliance;

@@ -12,6 +12,7 @@ use pingora::services::background::{background_service, BackgroundService};
 use pingora::services::listening::Service;
 
 use crate::app::App;
+use crate::budget::Ledger;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::management::ManagementApp;
@@ -60,6 +61,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     // File policies apply from the first request, not from the watcher's first tick.
     snapshot.files.scan();
     rt.block_on(snapshot.rebuild())?;
+    let ledger = Arc::new(rt.block_on(Ledger::load(&store))?);
     let signer = Arc::new(Signer::load_or_create(&cfg.signing_key_path())?);
     rt.block_on(crate::receipts::signer::register(&store, &signer))?;
     let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone());
@@ -69,6 +71,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         config: cfg,
         store,
         snapshot,
+        ledger,
         master,
         receipts,
         signer,
@@ -144,8 +147,8 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     Ok(server)
 }
 
-/// Re-reads keys and credentials (changes made by other processes sharing the database) and
-/// flushes keys' last-use times.
+/// Re-reads keys, credentials, teams and budgets and catches the ledger up with spend (changes
+/// made by other processes sharing the database), and flushes keys' last-use times.
 struct Refresher {
     app: Arc<App>,
 }
@@ -154,6 +157,9 @@ impl Refresher {
     async fn tick(&self) {
         if let Err(e) = self.app.snapshot.rebuild().await {
             log::warn!("snapshot refresh failed, keeping the current one: {e}");
+        }
+        if let Err(e) = self.app.ledger.refresh(&self.app.store).await {
+            log::warn!("spend refresh failed, keeping the in-memory figures: {e}");
         }
         let snap = self.app.snapshot.load();
         let mut used = Vec::new();

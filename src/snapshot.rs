@@ -1,5 +1,5 @@
 //! The immutable view the hot path reads: keys by hash, provider credentials, compiled tenant
-//! policies, routes, prices.
+//! policies, routes, prices, team names and the budget book.
 //!
 //! Requests pin one `Arc<Snapshot>` (an ArcSwap load, no lock, no I/O). Any change made through
 //! the API rebuilds the snapshot from the database and swaps it in before the API call returns;
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
+use crate::budget::BudgetBook;
 use crate::config::{Config, ProviderName};
 use crate::policy::files::PolicyFiles;
 use crate::policy::{validate, CompiledPolicy, TenantPolicy};
@@ -69,6 +70,10 @@ pub struct Snapshot {
     no_policy: Arc<TenantPolicy>,
     pub config: Arc<Config>,
     pub pricing: Arc<Pricing>,
+    /// Which limits apply to which key, team and tenant.
+    pub budgets: Arc<BudgetBook>,
+    /// Team names by team id, for policies that match on a key's team.
+    pub teams: HashMap<String, String>,
 }
 
 /// SHA-256 of a presented key: how keys are stored and looked up.
@@ -125,6 +130,8 @@ impl Snapshot {
             no_policy: Arc::new(TenantPolicy::empty()),
             config,
             pricing,
+            budgets: Arc::new(BudgetBook::default()),
+            teams: HashMap::new(),
         }
     }
 }
@@ -154,8 +161,8 @@ impl SnapshotHandle {
         self.current.load_full()
     }
 
-    /// Re-reads keys, credentials and policies and swaps the new snapshot in. Serialized, so
-    /// an older read can never overwrite a newer one.
+    /// Re-reads keys, credentials, policies, teams and budgets and swaps the new snapshot in.
+    /// Serialized, so an older read can never overwrite a newer one.
     pub async fn rebuild(&self) -> Result<(), StoreError> {
         let _guard = self.rebuild_lock.lock().await;
         let old = self.load();
@@ -163,6 +170,10 @@ impl SnapshotHandle {
         let cred_rows = store::providers::all(&self.store).await?;
         let policy_rows = store::policies::all_enabled(&self.store).await?;
         let tenants = store::tenants::all(&self.store).await?;
+        let team_rows = store::teams::all(&self.store).await?;
+        let budget_rows = store::budgets::all(&self.store).await?;
+        let budgets = Arc::new(BudgetBook::build(&budget_rows, &key_rows, &team_rows));
+        let teams = team_rows.into_iter().map(|t| (t.id, t.name)).collect();
 
         let mut keys = HashMap::with_capacity(key_rows.len());
         let old_state: HashMap<&str, &Arc<KeyState>> =
@@ -218,6 +229,8 @@ impl SnapshotHandle {
             no_policy: old.no_policy.clone(),
             config: old.config.clone(),
             pricing: old.pricing.clone(),
+            budgets,
+            teams,
         };
         self.current.store(Arc::new(next));
         Ok(())

@@ -1,11 +1,12 @@
 //! `/v1/keys`: create, list, revoke, limits. Every write swaps a new snapshot in before it
 //! answers, so the very next request on either port sees it.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::json;
 
-use super::{Caller, Handled, Reply, Req};
+use super::{page_limit, paginate, present, tenant_team, usd, Caller, Handled, Reply, Req};
 use crate::app::App;
+use crate::budget::Period;
 use crate::error::ApiError;
 use crate::store::{self, keys::NewKey};
 
@@ -34,11 +35,6 @@ struct CreateKey {
     team_id: Option<String>,
 }
 
-/// Distinguishes an absent field (outer None: leave unchanged) from `null` (clear it).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Limits {
@@ -52,13 +48,10 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateKey = req.json()?;
     if let Some(b) = body.budget_usd {
-        if !(b.is_finite() && b >= 0.0) {
-            return Err(ApiError::invalid("field `budgetUsd` must be a non-negative number"));
-        }
+        usd("budgetUsd", b)?;
     }
     if let Some(team) = &body.team_id {
-        // Teams arrive with the teams resource; until one exists no id can name it.
-        return Err(ApiError::invalid(format!("field `teamId`: unknown team `{team}`")));
+        tenant_team(app, caller, "teamId", team).await?;
     }
     let label = body.label.unwrap_or_default();
     if label.chars().count() > 200 {
@@ -74,7 +67,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
             label,
             key_class: format!("{:?}", body.key_class.unwrap_or(KeyClass::Interactive)).to_lowercase(),
             role: format!("{:?}", body.role.unwrap_or(Role::Developer)).to_lowercase(),
-            team_id: None,
+            team_id: body.team_id,
             budget_usd: body.budget_usd,
         },
     )
@@ -86,19 +79,15 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
 }
 
 pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
-    let limit = match req.query("limit") {
-        None => 50,
-        Some(v) => v
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=200).contains(n))
-            .ok_or_else(|| ApiError::invalid("query `limit` must be an integer from 1 to 200"))?,
-    };
+    let limit = page_limit(req)?;
     let only = (!caller.key.is_manager()).then(|| caller.key.record.id.as_str());
     let rows = store::keys::list(&app.store, caller.tenant(), only, req.query("cursor"), limit + 1).await?;
-    let more = rows.len() as i64 > limit;
-    let page: Vec<_> = rows.into_iter().take(limit as usize).collect();
-    let next = if more { page.last().map(|k| k.id.clone()) } else { None };
+    let (mut page, next) = paginate(rows, limit, |k| &k.id);
+    // Spend lives in the ledger (settled in memory, persisted by the receipt writer).
+    let now = chrono::Utc::now();
+    for k in &mut page {
+        k.spent_usd = app.ledger.spent("key", &k.id, Period::Total, now);
+    }
     Ok(Reply::Json(200, json!({ "data": page, "nextCursor": next })))
 }
 

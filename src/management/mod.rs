@@ -5,12 +5,16 @@
 //! tenant's ids simply are not found (404, never 403).
 
 mod analytics;
+mod budget_requests;
+mod budgets;
 mod compliance;
 mod keys;
+mod members;
 mod policies;
 mod providers;
 mod receipts;
 mod status;
+mod teams;
 
 use std::sync::Arc;
 
@@ -22,6 +26,7 @@ use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::app::App;
@@ -112,6 +117,49 @@ impl Req {
 
     fn seg(&self) -> Vec<&str> {
         self.segments.iter().map(String::as_str).collect()
+    }
+}
+
+/// `?limit=` of a cursor-paginated list: default 50, at most 200.
+fn page_limit(req: &Req) -> Result<i64, ApiError> {
+    match req.query("limit") {
+        None => Ok(50),
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=200).contains(n))
+            .ok_or_else(|| ApiError::invalid("query `limit` must be an integer from 1 to 200")),
+    }
+}
+
+/// Cuts `limit + 1` fetched rows to a page and the cursor of the next one (the last id shown,
+/// when there is more).
+fn paginate<T>(mut rows: Vec<T>, limit: i64, id: impl Fn(&T) -> &str) -> (Vec<T>, Option<String>) {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more { rows.last().map(|r| id(r).to_string()) } else { None };
+    (rows, next)
+}
+
+/// Distinguishes an absent field (outer None: leave unchanged) from `null` (clear it).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A money amount from a body: finite and not negative.
+fn usd(field: &str, v: f64) -> Result<f64, ApiError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid(format!("field `{field}` must be a non-negative number")))
+    }
+}
+
+/// A team id from a body must name a team of the caller's tenant.
+async fn tenant_team(app: &App, caller: &Caller, field: &str, id: &str) -> Result<(), ApiError> {
+    match crate::store::teams::get(&app.store, caller.tenant(), id).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::invalid(format!("field `{field}`: unknown team `{id}`"))),
     }
 }
 
@@ -267,6 +315,47 @@ impl ManagementApp {
             },
             ["cache"] => match *m {
                 Method::GET => analytics::cache(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["team", "teams"] => match *m {
+                Method::GET => teams::list(app, caller, req).await,
+                Method::POST => teams::create(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["team", "teams", id] => match *m {
+                Method::GET => teams::get(app, caller, id).await,
+                Method::PATCH => teams::update(app, caller, id, req).await,
+                Method::DELETE => teams::delete(app, caller, id).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["team", "members"] => match *m {
+                Method::GET => members::list(app, caller).await,
+                Method::POST => members::create(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["team", "members", id] => match *m {
+                Method::PATCH => members::update(app, caller, id, req).await,
+                Method::DELETE => members::delete(app, caller, id).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["budgets"] => match *m {
+                Method::GET => budgets::list(app, caller, req).await,
+                Method::POST => budgets::create(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["budgets", "requests"] => match *m {
+                Method::GET => budget_requests::list(app, caller, req).await,
+                Method::POST => budget_requests::create(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["budgets", "requests", id, decision @ ("approve" | "deny")] => match *m {
+                Method::POST => budget_requests::decide(app, caller, id, decision == "approve").await,
+                _ => Err(method_not_allowed()),
+            },
+            ["budgets", id] => match *m {
+                Method::GET => budgets::get(app, caller, id).await,
+                Method::PATCH => budgets::update(app, caller, id, req).await,
+                Method::DELETE => budgets::delete(app, caller, id).await,
                 _ => Err(method_not_allowed()),
             },
             ["compliance", "signing-keys"] => match *m {

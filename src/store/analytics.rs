@@ -83,12 +83,13 @@ pub async fn cache_stats(
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
+            // PostgreSQL sums BIGINT as NUMERIC, which the Any driver cannot decode: cast back.
             let rows = sqlx::query(
                 "SELECT model, \
-                   SUM(CASE WHEN cache_result = 'HIT' THEN 1 ELSE 0 END) AS hits, \
-                   SUM(CASE WHEN cache_result = 'MISS' THEN 1 ELSE 0 END) AS misses, \
-                   SUM(CASE WHEN cache_result = 'BYPASS' THEN 1 ELSE 0 END) AS bypasses, \
-                   SUM(saved_tokens) AS saved_tokens, SUM(saved_usd) AS saved_usd \
+                   CAST(SUM(CASE WHEN cache_result = 'HIT' THEN 1 ELSE 0 END) AS BIGINT) AS hits, \
+                   CAST(SUM(CASE WHEN cache_result = 'MISS' THEN 1 ELSE 0 END) AS BIGINT) AS misses, \
+                   CAST(SUM(CASE WHEN cache_result = 'BYPASS' THEN 1 ELSE 0 END) AS BIGINT) AS bypasses, \
+                   CAST(SUM(saved_tokens) AS BIGINT) AS saved_tokens, SUM(saved_usd) AS saved_usd \
                  FROM receipts WHERE tenant_id = $1 AND cache_result <> '' \
                  AND (CAST($2 AS TEXT) IS NULL OR ts >= $2) AND (CAST($3 AS TEXT) IS NULL OR ts <= $3) \
                  GROUP BY model ORDER BY model",

@@ -4,7 +4,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{now_ts, Store, StoreError};
+use super::{now_ts, nullable_real, Store, StoreError};
 
 /// A key as the management API shows it (the secret is never part of it).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -79,12 +79,13 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
         last_used_at: None,
     };
     let r = rec.clone();
+    let (budget_value, budget_set) = nullable_real(r.budget_usd);
     store
         .run(|pool, _| async move {
             sqlx::query(
                 "INSERT INTO api_keys (id, tenant_id, key_hash, key_hint, label, key_class, role, \
                  team_id, budget_usd, spent_usd, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10)",
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $11 = 1 THEN $9 END, 0, $10)",
             )
             .bind(r.id)
             .bind(r.tenant_id)
@@ -94,8 +95,9 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
             .bind(r.key_class)
             .bind(r.role)
             .bind(r.team_id)
-            .bind(r.budget_usd)
+            .bind(budget_value)
             .bind(r.created_at)
+            .bind(budget_set)
             .execute(&pool)
             .await?;
             Ok(())
@@ -136,6 +138,21 @@ pub async fn list(
         .await
 }
 
+/// Whether the tenant has a live (not revoked) key with this id.
+pub async fn is_live(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
+    let (t, id) = (tenant_id.to_string(), id.to_string());
+    store
+        .run(|pool, _| async move {
+            let row = sqlx::query("SELECT id FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL")
+                .bind(t)
+                .bind(id)
+                .fetch_optional(&pool)
+                .await?;
+            Ok(row.is_some())
+        })
+        .await
+}
+
 /// Revokes a live key of the tenant; false when there is none (unknown, other tenant, revoked).
 pub async fn revoke(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
@@ -165,27 +182,32 @@ pub async fn set_limits(
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
         .run(|pool, _| async move {
-            let mut tx = pool.begin().await?;
-            let sql = format!("SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
-            else {
-                return Ok(None);
+            // One statement, no read-then-write transaction: on SQLite a deferred transaction
+            // that reads and then writes fails at once (SQLITE_BUSY) while the receipt writer
+            // holds the write lock, instead of waiting for it.
+            let flag = |v: &Option<Option<i64>>| {
+                (i64::from(v.is_some()), v.flatten().unwrap_or(0), i64::from(v.flatten().is_some()))
             };
-            let mut rec = from_row(&row)?;
-            if let Some(v) = rpm {
-                rec.rpm_limit = v;
-            }
-            if let Some(v) = tpm {
-                rec.tpm_limit = v;
-            }
-            sqlx::query("UPDATE api_keys SET rpm_limit = $1, tpm_limit = $2 WHERE id = $3")
-                .bind(rec.rpm_limit)
-                .bind(rec.tpm_limit)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(Some(rec))
+            let ((rs, rv, rn), (ts, tv, tn)) = (flag(&rpm), flag(&tpm));
+            sqlx::query(
+                "UPDATE api_keys SET \
+                 rpm_limit = CASE WHEN $1 = 1 THEN (CASE WHEN $3 = 1 THEN $2 ELSE NULL END) ELSE rpm_limit END, \
+                 tpm_limit = CASE WHEN $4 = 1 THEN (CASE WHEN $6 = 1 THEN $5 ELSE NULL END) ELSE tpm_limit END \
+                 WHERE tenant_id = $7 AND id = $8 AND revoked_at IS NULL",
+            )
+            .bind(rs)
+            .bind(rv)
+            .bind(rn)
+            .bind(ts)
+            .bind(tv)
+            .bind(tn)
+            .bind(&t)
+            .bind(&id)
+            .execute(&pool)
+            .await?;
+            let sql = format!("SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&pool).await?;
+            Ok(row.as_ref().map(from_row).transpose()?)
         })
         .await
 }

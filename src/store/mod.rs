@@ -8,10 +8,15 @@
 //! that lives as long as the process ([`Store::run`]); callers on any service runtime await it.
 
 pub mod analytics;
+pub mod budget_requests;
+pub mod budgets;
 pub mod keys;
+pub mod members;
 pub mod policies;
 pub mod providers;
 pub mod receipts;
+pub mod spend;
+pub mod teams;
 pub mod tenants;
 
 use std::future::Future;
@@ -164,6 +169,22 @@ fn redact_url(url: &str, msg: &str) -> String {
         }
     }
     out
+}
+
+/// A write refused by a unique constraint (both backends report it through the same kind).
+pub fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+/// Binds for a nullable `REAL`/`DOUBLE PRECISION` column, written in SQL as
+/// `CASE WHEN $present = 1 THEN $value END`.
+///
+/// sqlx 0.9's Any driver maps a NULL `f64` to a NULL `f32` (`AnyArguments::convert_into` swaps
+/// the two), so on PostgreSQL a statement first prepared with a NULL caches a float4 parameter
+/// and every later non-NULL `f64` on that connection fails with "incorrect binary data format".
+/// Binding a value that is never NULL keeps the parameter float8.
+pub fn nullable_real(v: Option<f64>) -> (f64, i64) {
+    (v.unwrap_or(0.0), i64::from(v.is_some()))
 }
 
 /// Now as RFC 3339 UTC with milliseconds: the one timestamp format of the database.

@@ -113,6 +113,15 @@ pub async fn append_batch(
                 for chunk in events.chunks(ROWS_PER_INSERT) {
                     insert_events(&mut tx, backend, chunk).await?;
                 }
+                // Spend moves with its receipts: all of it lands, or none of it.
+                let mut deltas = Vec::new();
+                for (s, side) in rows.iter().filter(|(s, _)| s.receipt.cost_usd != 0.0) {
+                    let (r, key) = (&s.receipt, &side.key_id);
+                    let month = r.ts.get(..7).unwrap_or_default().to_string();
+                    deltas.push((r.tenant_id.clone(), key.clone(), crate::budget::TOTAL.to_string(), r.cost_usd));
+                    deltas.push((r.tenant_id.clone(), key.clone(), month, r.cost_usd));
+                }
+                super::spend::add_in_tx(&mut tx, &deltas).await?;
                 sqlx::query("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
                     .bind(seq as i64)
                     .bind(prev)

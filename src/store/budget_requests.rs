@@ -1,0 +1,182 @@
+//! Budget requests: a key asks for more room on a budget; a manager approves or denies once.
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{now_ts, Store, StoreError};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetRequest {
+    pub id: String,
+    #[serde(skip)]
+    pub tenant_id: String,
+    pub budget_id: String,
+    pub amount_usd: f64,
+    pub reason: String,
+    /// `pending`, `approved` or `denied`.
+    pub status: String,
+    /// Id of the key that asked.
+    pub requested_by: String,
+    pub created_at: String,
+    pub decided_at: Option<String>,
+    /// Id of the manager key that decided.
+    pub decided_by: Option<String>,
+}
+
+const COLUMNS: &str =
+    "id, tenant_id, budget_id, amount_usd, reason, status, requested_by, created_at, decided_at, decided_by";
+
+fn from_row(r: &AnyRow) -> Result<BudgetRequest, sqlx::Error> {
+    Ok(BudgetRequest {
+        id: r.try_get("id")?,
+        tenant_id: r.try_get("tenant_id")?,
+        budget_id: r.try_get("budget_id")?,
+        amount_usd: r.try_get("amount_usd")?,
+        reason: r.try_get("reason")?,
+        status: r.try_get("status")?,
+        requested_by: r.try_get("requested_by")?,
+        created_at: r.try_get("created_at")?,
+        decided_at: r.try_get("decided_at")?,
+        decided_by: r.try_get("decided_by")?,
+    })
+}
+
+/// How a decision went.
+#[derive(Debug)]
+pub enum Decided {
+    Done(BudgetRequest),
+    NotFound,
+    /// Already approved or denied (the current status).
+    AlreadyDecided(String),
+    /// Approval of a request whose budget was deleted meanwhile.
+    BudgetGone,
+}
+
+pub async fn insert(
+    store: &Store,
+    tenant_id: &str,
+    budget_id: &str,
+    amount_usd: f64,
+    reason: &str,
+    requested_by: &str,
+) -> Result<BudgetRequest, StoreError> {
+    let req = BudgetRequest {
+        id: uuid::Uuid::now_v7().to_string(),
+        tenant_id: tenant_id.to_string(),
+        budget_id: budget_id.to_string(),
+        amount_usd,
+        reason: reason.to_string(),
+        status: "pending".to_string(),
+        requested_by: requested_by.to_string(),
+        created_at: now_ts(),
+        decided_at: None,
+        decided_by: None,
+    };
+    let r = req.clone();
+    store
+        .run(|pool, _| async move {
+            sqlx::query(
+                "INSERT INTO budget_requests (id, tenant_id, budget_id, amount_usd, reason, status, requested_by, \
+                 created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(r.id)
+            .bind(r.tenant_id)
+            .bind(r.budget_id)
+            .bind(r.amount_usd)
+            .bind(r.reason)
+            .bind(r.status)
+            .bind(r.requested_by)
+            .bind(r.created_at)
+            .execute(&pool)
+            .await?;
+            Ok(())
+        })
+        .await?;
+    Ok(req)
+}
+
+/// A page of the tenant's requests in creation order; `only` restricts to one requesting key.
+pub async fn list(
+    store: &Store,
+    tenant_id: &str,
+    only: Option<&str>,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<BudgetRequest>, StoreError> {
+    let (t, only, after) = (tenant_id.to_string(), only.map(str::to_string), after.map(str::to_string));
+    store
+        .run(|pool, _| async move {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM budget_requests WHERE tenant_id = $1 \
+                 AND (CAST($2 AS TEXT) IS NULL OR requested_by = $2) AND (CAST($3 AS TEXT) IS NULL OR id > $3) \
+                 ORDER BY id LIMIT $4"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(only)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&pool)
+                .await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// Moves a pending request to `approved` or `denied`. Approval raises the budget's amount by the
+/// request's in the same transaction; the status guard in the `UPDATE` makes a concurrent
+/// second decision lose.
+pub async fn decide(
+    store: &Store,
+    tenant_id: &str,
+    id: &str,
+    approve: bool,
+    decided_by: &str,
+) -> Result<Decided, StoreError> {
+    let (t, id, by) = (tenant_id.to_string(), id.to_string(), decided_by.to_string());
+    store
+        .run(move |pool, _| async move {
+            let mut tx = pool.begin().await?;
+            let status = if approve { "approved" } else { "denied" };
+            let now = now_ts();
+            let moved = sqlx::query(
+                "UPDATE budget_requests SET status = $1, decided_at = $2, decided_by = $3 \
+                 WHERE tenant_id = $4 AND id = $5 AND status = 'pending'",
+            )
+            .bind(status)
+            .bind(&now)
+            .bind(&by)
+            .bind(&t)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+            let sql = format!("SELECT {COLUMNS} FROM budget_requests WHERE tenant_id = $1 AND id = $2");
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
+            else {
+                return Ok(Decided::NotFound);
+            };
+            let req = from_row(&row)?;
+            if moved.rows_affected() != 1 {
+                return Ok(Decided::AlreadyDecided(req.status));
+            }
+            if approve {
+                let raised = sqlx::query(
+                    "UPDATE budgets SET amount_usd = amount_usd + $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
+                )
+                .bind(req.amount_usd)
+                .bind(&now)
+                .bind(&t)
+                .bind(&req.budget_id)
+                .execute(&mut *tx)
+                .await?;
+                if raised.rows_affected() != 1 {
+                    return Ok(Decided::BudgetGone);
+                }
+            }
+            tx.commit().await?;
+            Ok(Decided::Done(req))
+        })
+        .await
+}

@@ -1,0 +1,168 @@
+//! Budget rows: a cap of `amount_usd` per `period` on the spend of a key, a team or a tenant.
+
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{now_ts, Store, StoreError};
+
+/// A stored budget; spend is not stored here but read from the ledger when shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub id: String,
+    pub tenant_id: String,
+    /// `key`, `team` or `tenant`.
+    pub scope: String,
+    pub scope_id: String,
+    pub amount_usd: f64,
+    /// `monthly` or `total`.
+    pub period: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+const COLUMNS: &str = "id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at";
+
+fn from_row(r: &AnyRow) -> Result<Budget, sqlx::Error> {
+    Ok(Budget {
+        id: r.try_get("id")?,
+        tenant_id: r.try_get("tenant_id")?,
+        scope: r.try_get("scope")?,
+        scope_id: r.try_get("scope_id")?,
+        amount_usd: r.try_get("amount_usd")?,
+        period: r.try_get("period")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+pub async fn insert(
+    store: &Store,
+    tenant_id: &str,
+    scope: &str,
+    scope_id: &str,
+    amount_usd: f64,
+    period: &str,
+) -> Result<Budget, StoreError> {
+    let now = now_ts();
+    let b = Budget {
+        id: uuid::Uuid::now_v7().to_string(),
+        tenant_id: tenant_id.to_string(),
+        scope: scope.to_string(),
+        scope_id: scope_id.to_string(),
+        amount_usd,
+        period: period.to_string(),
+        created_at: now.clone(),
+        updated_at: now,
+    };
+    let r = b.clone();
+    store
+        .run(|pool, _| async move {
+            sqlx::query(
+                "INSERT INTO budgets (id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(r.id)
+            .bind(r.tenant_id)
+            .bind(r.scope)
+            .bind(r.scope_id)
+            .bind(r.amount_usd)
+            .bind(r.period)
+            .bind(r.created_at)
+            .bind(r.updated_at)
+            .execute(&pool)
+            .await?;
+            Ok(())
+        })
+        .await?;
+    Ok(b)
+}
+
+pub async fn get(store: &Store, tenant_id: &str, id: &str) -> Result<Option<Budget>, StoreError> {
+    let (t, id) = (tenant_id.to_string(), id.to_string());
+    store
+        .run(|pool, _| async move {
+            let sql = format!("SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND id = $2");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&pool).await?;
+            Ok(row.as_ref().map(from_row).transpose()?)
+        })
+        .await
+}
+
+/// A page of the tenant's budgets in creation order (ids are UUIDv7).
+pub async fn list(store: &Store, tenant_id: &str, after: Option<&str>, limit: i64) -> Result<Vec<Budget>, StoreError> {
+    let (t, after) = (tenant_id.to_string(), after.map(str::to_string));
+    store
+        .run(|pool, _| async move {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND (CAST($2 AS TEXT) IS NULL OR id > $2) \
+                 ORDER BY id LIMIT $3"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(after).bind(limit).fetch_all(&pool).await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// Every budget of every tenant: the source of the snapshot's budget book.
+pub async fn all(store: &Store) -> Result<Vec<Budget>, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let sql = format!("SELECT {COLUMNS} FROM budgets");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
+/// Sets the fields given (None leaves one unchanged); None when the tenant has no such budget.
+pub async fn update(
+    store: &Store,
+    tenant_id: &str,
+    id: &str,
+    amount_usd: Option<f64>,
+    period: Option<&str>,
+) -> Result<Option<Budget>, StoreError> {
+    let (t, id, period) = (tenant_id.to_string(), id.to_string(), period.map(str::to_string));
+    store
+        .run(|pool, _| async move {
+            let mut tx = pool.begin().await?;
+            let sql = format!("SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND id = $2");
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
+            else {
+                return Ok(None);
+            };
+            let mut b = from_row(&row)?;
+            if let Some(a) = amount_usd {
+                b.amount_usd = a;
+            }
+            if let Some(p) = period {
+                b.period = p;
+            }
+            b.updated_at = now_ts();
+            sqlx::query("UPDATE budgets SET amount_usd = $1, period = $2, updated_at = $3 WHERE id = $4")
+                .bind(b.amount_usd)
+                .bind(&b.period)
+                .bind(&b.updated_at)
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Some(b))
+        })
+        .await
+}
+
+/// False when the tenant has no such budget.
+pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
+    let (t, id) = (tenant_id.to_string(), id.to_string());
+    store
+        .run(|pool, _| async move {
+            let done = sqlx::query("DELETE FROM budgets WHERE tenant_id = $1 AND id = $2")
+                .bind(t)
+                .bind(id)
+                .execute(&pool)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+}
