@@ -18,6 +18,9 @@
 #   SKIP_BUILD=1        use the binaries already in target/release
 #   RESULTS=FILE        also write the medians as TSV to FILE
 #   KEEP_LOGS=1         keep the temp dir (server logs, wrk outputs) after the run
+#   CHECKS=1            turn every check on for the tenant: benches/load-policy.yaml (rules,
+#                       allowlist, guardrails on request and answer), rpm/tpm limits on the key
+#                       and a tenant budget, all far above what the run uses
 #
 # NOTE on 2-core machines: wrk runs on the same cores as the servers it measures, so every
 # target's figure includes contention with the load generator (and, for the proxies, with the
@@ -209,6 +212,20 @@ if want tollgate; then
     --data "{\"api_key\":\"sk-load\",\"base_url\":\"http://$STANDIN\"}" "$MGMT/v1/providers/openai" || true)
   case "$code" in 200 | 201) ;; *) cat "$WORK/provider.json" >&2 2>/dev/null || true; die "PUT /v1/providers/openai answered $code" ;; esac
   URL[tollgate]="http://$HOST:$TG_GATEWAY_PORT/v1/chat/completions"
+  if [ "${CHECKS:-0}" = 1 ]; then
+    mgmt_call() { # METHOD PATH BODY
+      code=$(curl -s -o "$WORK/mgmt.json" -w '%{http_code}' --max-time 10 -X "$1" -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' --data "$3" "$MGMT$2" || true)
+      case "$code" in 2??) ;; *) cat "$WORK/mgmt.json" >&2 2>/dev/null || true; die "$1 $2 answered $code" ;; esac
+    }
+    policy_json=$(python3 -c 'import json,sys; print(json.dumps({"name":"load","enabled":True,"yaml":open(sys.argv[1]).read()}))' \
+      benches/load-policy.yaml)
+    mgmt_call POST /v1/policies "$policy_json"
+    key_id=$(curl -s -H "Authorization: Bearer $KEY" "$MGMT/v1/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+    mgmt_call PATCH "/v1/keys/$key_id/limits" '{"rpmLimit": 1000000000, "tpmLimit": 1000000000000}'
+    mgmt_call POST /v1/budgets '{"scope": "tenant", "amountUsd": 1000000, "period": "monthly"}'
+    echo "load.sh: CHECKS=1: policy, key limits and a tenant budget are on"
+  fi
 fi
 
 for t in $TARGETS; do check_chat "$t" "${URL[$t]}"; done

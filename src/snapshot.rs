@@ -120,6 +120,12 @@ impl Snapshot {
         self.api_policies.len()
     }
 
+    /// The same snapshot with these tenant policies (fixtures and benchmarks).
+    pub fn with_policies(mut self, policies: HashMap<String, Arc<TenantPolicy>>) -> Snapshot {
+        self.policies = policies;
+        self
+    }
+
     pub fn empty(config: Arc<Config>, pricing: Arc<Pricing>) -> Snapshot {
         Snapshot {
             keys: HashMap::new(),

@@ -63,9 +63,14 @@ impl Exchange {
 
     /// A fixture for unit tests: a developer key of tenant `t1` on default config.
     pub fn fixture(body: Value) -> Exchange {
-        use crate::store::keys::KeyRecord;
         let cfg = Arc::new(crate::config::Config::default());
         let pricing = Arc::new(crate::pricing::Pricing::from_config(&cfg).expect("shipped pricing parses"));
+        Self::fixture_in(Arc::new(Snapshot::empty(cfg, pricing)), body)
+    }
+
+    /// A fixture on a given snapshot (policies of tenant `t1`), for tests and benchmarks.
+    pub fn fixture_in(snap: Arc<Snapshot>, body: Value) -> Exchange {
+        use crate::store::keys::KeyRecord;
         let record = KeyRecord {
             id: "k1".into(),
             tenant_id: "t1".into(),
@@ -86,7 +91,7 @@ impl Exchange {
         let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         Exchange {
-            snap: Arc::new(Snapshot::empty(cfg, pricing)),
+            snap,
             key: Arc::new(KeyEntry { record, state: Default::default() }),
             kind: Kind::ModelCall,
             route: "/v1/chat/completions",
