@@ -12,6 +12,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+// The same allocator as the `tollgate` binary, so the comparison measures Tollgate's own work.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use pingora::proxy::{http_proxy_service, ProxyHttp, Session};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
