@@ -65,9 +65,68 @@ pub fn seal(receipt: Receipt, key: &SigningKey) -> Sealed {
     s
 }
 
+/// JCS of a receipt, written directly: the members are fixed and ASCII-named, so their sorted
+/// order is known, and serde_json's string escaping is exactly RFC 8785's (short escapes for
+/// `\b \f \n \r \t`, lowercase `\u00xx` for other controls, nothing else escaped). Only
+/// `costUsd` needs ECMAScript number formatting. A unit test holds it equal to the generic path.
+pub fn receipt_bytes(r: &Receipt) -> Vec<u8> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
+    }
+    fn member(out: &mut Vec<u8>, name: &str) {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+    }
+    let mut out = Vec::with_capacity(512 + r.checks.len() * 40);
+    out.extend_from_slice(b"{\"actor\":");
+    string(&mut out, &r.actor);
+    member(&mut out, "checks");
+    out.push(b'[');
+    for (i, c) in r.checks.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        string(&mut out, &c.name);
+        out.extend_from_slice(b",\"result\":");
+        string(&mut out, &c.result);
+        out.push(b'}');
+    }
+    out.push(b']');
+    member(&mut out, "completionTokens");
+    out.extend_from_slice(r.completion_tokens.to_string().as_bytes());
+    member(&mut out, "costUsd");
+    out.extend_from_slice(&canonical_bytes(&r.cost_usd));
+    member(&mut out, "model");
+    string(&mut out, &r.model);
+    member(&mut out, "prevHash");
+    string(&mut out, &r.prev_hash);
+    member(&mut out, "promptTokens");
+    out.extend_from_slice(r.prompt_tokens.to_string().as_bytes());
+    member(&mut out, "provider");
+    string(&mut out, &r.provider);
+    member(&mut out, "receiptId");
+    string(&mut out, &r.receipt_id);
+    member(&mut out, "requestId");
+    string(&mut out, &r.request_id);
+    member(&mut out, "seq");
+    out.extend_from_slice(r.seq.to_string().as_bytes());
+    member(&mut out, "tenantId");
+    string(&mut out, &r.tenant_id);
+    member(&mut out, "ts");
+    string(&mut out, &r.ts);
+    member(&mut out, "upstreamStatus");
+    string(&mut out, &r.upstream_status);
+    member(&mut out, "v");
+    out.extend_from_slice(r.v.to_string().as_bytes());
+    out.push(b'}');
+    out
+}
+
 /// The chain step: canonical bytes and `thisHash` (cheap, and sequential by nature).
 pub fn hash_only(receipt: Receipt) -> Sealed {
-    let canonical = canonical_bytes(&receipt);
+    let canonical = receipt_bytes(&receipt);
     let this_hash = sha256_hex(&canonical);
     Sealed { receipt, canonical, this_hash, signature: String::new() }
 }
@@ -154,6 +213,24 @@ mod tests {
             ts: "2026-11-22 19:42:57.049".into(),
             prev_hash: GENESIS.into(),
         }
+    }
+
+    #[test]
+    fn the_direct_writer_equals_the_generic_jcs() {
+        let mut r = golden_receipt();
+        assert_eq!(receipt_bytes(&r), canonical_bytes(&r));
+        r.actor = "k/\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f}\"\\/é€😀\u{2028}".into();
+        r.model = String::new();
+        r.checks.push(Check { name: "GUARDRAIL".into(), result: "REDACT".into() });
+        r.checks.push(Check { name: "ünïcödé".into(), result: "\u{0}".into() });
+        for cost in [0.0, 1e-7, 5.85e-6, 0.1 + 0.2, 123456789.125, 1e21, 9007199254740991.0] {
+            r.cost_usd = cost;
+            r.seq = 9_007_199_254_740_991;
+            r.prompt_tokens = u32::MAX as u64;
+            assert_eq!(String::from_utf8(receipt_bytes(&r)).unwrap(), String::from_utf8(canonical_bytes(&r)).unwrap());
+        }
+        r.checks.clear();
+        assert_eq!(receipt_bytes(&r), canonical_bytes(&r));
     }
 
     /// Fixed key and fields → fixed bytes, hash and signature. The expected values were
