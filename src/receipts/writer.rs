@@ -116,6 +116,16 @@ impl ReceiptWriter {
     }
 }
 
+/// Moves what is queued into `batch`, up to [`MAX_BATCH`].
+fn drain(rx: &mut mpsc::Receiver<(Draft, Instant)>, batch: &mut Vec<(Draft, Instant)>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => return,
+        }
+    }
+}
+
 #[async_trait]
 impl BackgroundService for ReceiptWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
@@ -153,18 +163,12 @@ impl BackgroundService for ReceiptWriter {
             batch.push(first);
             // Gather for a few ms: every batch pays a fixed price (a transaction, the chain
             // head, spend rows), so under load fewer, larger batches cost far less CPU per
-            // receipt. Nobody waits on this: the answers have already gone out.
-            let until = tokio::time::Instant::now() + LINGER;
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(item) => batch.push(item),
-                    Err(mpsc::error::TryRecvError::Disconnected) => break,
-                    Err(mpsc::error::TryRecvError::Empty) if closing => break,
-                    Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(until, rx.recv()).await {
-                        Ok(Some(item)) => batch.push(item),
-                        Ok(None) | Err(_) => break,
-                    },
-                }
+            // receipt. Sleeping instead of waiting on the queue also spares a thread wake-up per
+            // request. Nobody waits on this: the answers have already gone out.
+            drain(&mut rx, &mut batch);
+            if !closing && batch.len() < MAX_BATCH {
+                tokio::time::sleep(LINGER).await;
+                drain(&mut rx, &mut batch);
             }
             self.write(batch).await;
         }
