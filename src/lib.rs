@@ -4,13 +4,19 @@
 //!
 //! ```text
 //! client ─► gateway listener (Pingora proxy service, `gateway`)
-//!   new_ctx ........ pin one Snapshot (keys, credentials, routes, prices) via ArcSwap
+//!   new_ctx ........ pin one Snapshot (keys, credentials, policies, budgets, prices) via ArcSwap
 //!   request_filter . route (path) → key lookup by SHA-256 in the snapshot (401)
 //!                    → bounded body read (413) → parse and validate (400) → pick provider
+//!                    → pipeline.on_request (`plugins/`): ALLOWLIST, policy, RATELIMIT, BUDGET,
+//!                      GUARDRAIL, CACHE — a block answers its envelope, a cache hit replays
 //!                    → provider adapter builds the upstream request (client key stripped,
 //!                      provider credential injected) → our pooled upstream leg → answer
-//!                      streamed back chunk by chunk (SSE split per event, usage read)
-//!   logging ........ metrics (requests, latency, tokens, cost, errors)
+//!                      streamed back chunk by chunk (SSE split per event, usage read,
+//!                      answer guardrails per event when armed)
+//!   logging ........ pipeline.on_complete (settle rate/budget reservations, fill the cache),
+//!                    the receipt to the writer's bounded queue, metrics
+//! background ── receipt writer: per tenant seq/prevHash → JCS → SHA-256 → Ed25519 → batch
+//!               insert with guardrail events and key spend, one transaction per batch
 //! management listener (Pingora HTTP app, `management`) ── /v1/*, /status
 //! metrics listener (Pingora Prometheus service) ── /metrics
 //! background ── snapshot refresh (other processes' changes) and key last-use flush;
@@ -27,6 +33,9 @@
 //! - `snapshot`: the hot path's immutable view; `keys`: virtual key secrets
 //! - `policy`: the policy language, its validation, per-tenant compilation, policy files
 //! - `budget`: the budget book (which limits apply) and the in-memory spend ledger
+//! - `pipeline`: the `Check` trait, `Exchange`, `Verdict` and the pipeline; `plugins/`: one
+//!   file per check and the one ordered table; `ratelimit`, `cache`, `guardrails`: the state
+//!   and engines the checks use
 //! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
 //! - `providers`: per-provider request building, usage reading, stored credentials
 //! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
