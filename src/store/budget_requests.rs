@@ -137,8 +137,8 @@ pub async fn decide(
 ) -> Result<Decided, StoreError> {
     let (t, id, by) = (tenant_id.to_string(), id.to_string(), decided_by.to_string());
     store
-        .run(move |pool, _| async move {
-            let mut tx = pool.begin().await?;
+        .run(move |pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             let status = if approve { "approved" } else { "denied" };
             let now = now_ts();
             let moved = sqlx::query(

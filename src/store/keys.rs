@@ -218,8 +218,8 @@ pub async fn touch(store: &Store, used: Vec<(String, String)>) -> Result<(), Sto
         return Ok(());
     }
     store
-        .run(|pool, _| async move {
-            let mut tx = pool.begin().await?;
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             for (id, ts) in used {
                 sqlx::query("UPDATE api_keys SET last_used_at = $1 WHERE id = $2")
                     .bind(ts)

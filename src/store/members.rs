@@ -109,8 +109,8 @@ pub async fn list(store: &Store, tenant_id: &str) -> Result<Vec<Member>, StoreEr
 pub async fn update(store: &Store, tenant_id: &str, id: &str, p: MemberPatch) -> Result<Option<Member>, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, _| async move {
-            let mut tx = pool.begin().await?;
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             let sql = format!("SELECT {COLUMNS} FROM team_members WHERE tenant_id = $1 AND id = $2");
             let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
             else {

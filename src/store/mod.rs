@@ -187,6 +187,20 @@ pub fn nullable_real(v: Option<f64>) -> (f64, i64) {
     (v.unwrap_or(0.0), i64::from(v.is_some()))
 }
 
+/// Begins a transaction that will write. On SQLite it takes the write lock up front
+/// (`BEGIN IMMEDIATE`, waiting out `busy_timeout`): a deferred transaction that reads first and
+/// writes later fails at once with SQLITE_BUSY when another connection (the receipt writer)
+/// holds the lock, since waiting could deadlock.
+pub async fn begin_write(
+    pool: &AnyPool,
+    backend: Backend,
+) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+    match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+        Backend::Postgres => pool.begin().await,
+    }
+}
+
 /// Now as RFC 3339 UTC with milliseconds: the one timestamp format of the database.
 pub fn now_ts() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()

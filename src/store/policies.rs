@@ -124,8 +124,8 @@ pub async fn replace(
 ) -> Result<Option<PolicyRecord>, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, _| async move {
-            let mut tx = pool.begin().await?;
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             let sql = format!("SELECT {COLUMNS} FROM policies WHERE tenant_id = $1 AND id = $2");
             let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
             else {

@@ -79,7 +79,7 @@ pub async fn append_batch(
             for d in drafts {
                 by_tenant.entry(d.tenant_id.clone()).or_default().push(d);
             }
-            let mut tx = pool.begin().await?;
+            let mut tx = super::begin_write(&pool, backend).await?;
             for (tenant, drafts) in by_tenant {
                 sqlx::query("INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING")
                     .bind(&tenant)

@@ -132,8 +132,8 @@ pub async fn update(
 ) -> Result<Saved, StoreError> {
     let (t, id, name) = (tenant_id.to_string(), id.to_string(), name.to_string());
     store
-        .run(|pool, _| async move {
-            let mut tx = pool.begin().await?;
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             let sql = format!("SELECT {COLUMNS} FROM teams WHERE tenant_id = $1 AND id = $2");
             let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
             else {
@@ -173,8 +173,8 @@ pub async fn update(
 pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<Deleted, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, _| async move {
-            let mut tx = pool.begin().await?;
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             let found = sqlx::query("SELECT id FROM teams WHERE tenant_id = $1 AND id = $2")
                 .bind(&t)
                 .bind(&id)
