@@ -62,3 +62,51 @@ impl Check for Budget {
         self.ledger.settle(cx.budget.take(), ex.tenant_id(), ex.key_id(), ex.team_id(), done.cost_usd, ex.now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::BudgetBook;
+    use crate::gateway::UpstreamOutcome;
+    use crate::plugins::fixtures::snapshot;
+    use serde_json::json;
+
+    #[test]
+    fn reserves_blocks_with_402_and_settles_the_real_cost() {
+        let body = json!({"model": "gpt-4o", "max_tokens": 100, "messages": []});
+        let probe = Exchange::fixture(body.clone());
+        let mut record = probe.key.record.clone();
+        // gpt-4o answers cost $10 per million: 100 tokens reserve $0.001 (plus the prompt).
+        record.budget_usd = Some(0.0015);
+        let mut snap = snapshot("rules: []\n");
+        snap.budgets = Arc::new(BudgetBook::build(&[], [&record], []));
+        let snap = Arc::new(snap);
+        let key = Arc::new(crate::snapshot::KeyEntry { record, state: Default::default() });
+        let check = Budget::new(Arc::new(Ledger::new()));
+
+        let mut first = Exchange::fixture_in(snap.clone(), body.clone());
+        first.key = key.clone();
+        let mut cx1 = Ctx::default();
+        assert!(matches!(check.on_request(&mut first, &mut cx1), Verdict::Pass("PASS")));
+        // While the first holds its reservation, a second does not fit.
+        let mut second = Exchange::fixture_in(snap.clone(), body.clone());
+        second.key = key.clone();
+        match check.on_request(&mut second, &mut Ctx::default()) {
+            Verdict::Block("BLOCK", e) => assert_eq!(e.status(), 402),
+            other => panic!("{other:?}"),
+        }
+        // The first really cost little: settled, the next one fits.
+        let done = Outcome {
+            ex: &first,
+            status: 200,
+            upstream: UpstreamOutcome::Pass,
+            usage: None,
+            cost_usd: 0.0001,
+            answer: None,
+        };
+        check.on_complete(&done, &mut cx1);
+        let mut third = Exchange::fixture_in(snap, body);
+        third.key = key;
+        assert!(matches!(check.on_request(&mut third, &mut Ctx::default()), Verdict::Pass("PASS")));
+    }
+}

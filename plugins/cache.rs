@@ -50,3 +50,48 @@ impl Check for Cache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::UpstreamOutcome;
+    use crate::pipeline::Cached;
+    use crate::plugins::fixtures::exchange;
+    use crate::providers::Usage;
+    use serde_json::json;
+
+    #[test]
+    fn miss_then_hit_and_no_cache_bypasses() {
+        let cache = Cache::new(Arc::new(AnswerCache::new(1 << 20, 1 << 16)));
+        let yaml = "cache: {mode: exact, ttlSeconds: 60}\n";
+        let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+        let mut ex = exchange(yaml, body.clone());
+        let mut cx = Ctx::default();
+        assert!(matches!(cache.on_request(&mut ex, &mut cx), Verdict::Pass("MISS")));
+        let answer = Cached {
+            status: 200,
+            content_type: "application/json".into(),
+            body: bytes::Bytes::from_static(b"{}"),
+            usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
+            cost_usd: 0.5,
+        };
+        let done = Outcome {
+            ex: &ex,
+            status: 200,
+            upstream: UpstreamOutcome::Pass,
+            usage: None,
+            cost_usd: 0.5,
+            answer: Some(answer),
+        };
+        cache.on_complete(&done, &mut cx);
+
+        let mut ex = exchange(yaml, body.clone());
+        let mut cx = Ctx::default();
+        assert!(matches!(cache.on_request(&mut ex, &mut cx), Verdict::Serve(_)));
+        assert_eq!(cx.saved, Some(Saved { tokens: 7, usd: 0.5 }));
+
+        let mut ex = exchange(yaml, body);
+        ex.no_cache = true;
+        assert!(matches!(cache.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("BYPASS")));
+    }
+}

@@ -100,3 +100,51 @@ impl Check for Guardrail {
         verdict(&findings, is_blocked, changed, "the answer")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::fixtures::exchange;
+    use serde_json::json;
+
+    const RAILS: &str = "guardrails:\n  pii: {email: redact, credit_card: block}\n";
+
+    #[test]
+    fn redacts_the_request_in_place_and_records_the_event() {
+        let mut ex =
+            exchange(RAILS, json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "mail a@b.io"}]}));
+        let mut cx = Ctx::default();
+        assert!(matches!(Guardrail.on_request(&mut ex, &mut cx), Verdict::Redact));
+        assert!(ex.body_changed);
+        assert_eq!(ex.body["messages"][0]["content"], "mail [REDACTED:EMAIL]");
+        assert_eq!(cx.events, vec![GuardEvent { category: "email".into(), result: "REDACT", direction: "request" }]);
+        assert!(cx.scan_answer, "applyTo defaults to both directions");
+    }
+
+    #[test]
+    fn blocks_a_luhn_valid_card_but_not_an_invalid_one() {
+        let body = |t: &str| json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": t}]});
+        let mut ex = exchange(RAILS, body("pay 4111 1111 1111 1111"));
+        match Guardrail.on_request(&mut ex, &mut Ctx::default()) {
+            Verdict::Block("BLOCK", e) => assert_eq!(e.kind, ErrorKind::GuardrailBlocked),
+            other => panic!("{other:?}"),
+        }
+        let mut ex = exchange(RAILS, body("pay 4111 1111 1111 1112"));
+        assert!(matches!(Guardrail.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("PASS")));
+    }
+
+    #[test]
+    fn a_card_split_across_stream_deltas_never_leaves_in_clear() {
+        let yaml = "guardrails:\n  applyTo: [response]\n  pii: {credit_card: redact}\n";
+        let mut ex = exchange(yaml, json!({"model": "gpt-4o-mini", "messages": []}));
+        let mut cx = Ctx::default();
+        assert!(matches!(Guardrail.on_request(&mut ex, &mut cx), Verdict::Skip));
+        let mut said = String::new();
+        for (piece, end) in [("card 4111 1111", false), (" 1111 1111 ok", false), ("", true)] {
+            let mut text = piece.to_string();
+            let _ = Guardrail.on_response(&mut ResponsePiece::Delta { text: &mut text, end }, &mut cx);
+            said.push_str(&text);
+        }
+        assert_eq!(said, "card [REDACTED:CREDIT_CARD] ok");
+    }
+}

@@ -25,3 +25,29 @@ pub fn table(app: &App) -> Vec<Box<dyn Check>> {
         Box::new(cache::Cache::new(app.cache.clone())),
     ]
 }
+
+/// Fixtures for the plugins' unit tests: a snapshot whose tenant `t1` has one policy.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use crate::config::Config;
+    use crate::pipeline::Exchange;
+    use crate::policy::{validate, CompiledPolicy, TenantPolicy};
+    use crate::pricing::Pricing;
+    use crate::snapshot::Snapshot;
+
+    pub fn snapshot(yaml: &str) -> Snapshot {
+        let cfg = Arc::new(Config::default());
+        let pricing = Arc::new(Pricing::from_config(&cfg).unwrap());
+        let doc = validate::parse_api(yaml).unwrap();
+        let compiled = Arc::new(CompiledPolicy::compile("test", yaml, doc).unwrap());
+        let policies = HashMap::from([("t1".to_string(), Arc::new(TenantPolicy::merge(vec![compiled])))]);
+        Snapshot::empty(cfg, pricing).with_policies(policies)
+    }
+
+    pub fn exchange(yaml: &str, body: serde_json::Value) -> Exchange {
+        Exchange::fixture_in(Arc::new(snapshot(yaml)), body)
+    }
+}

@@ -47,3 +47,29 @@ impl Check for Policy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::allowlist::Allowlist;
+    use crate::plugins::fixtures::exchange;
+    use serde_json::json;
+
+    #[test]
+    fn deny_rules_and_allowlists() {
+        let yaml = "rules:\n  - {id: no-o1, match: {model: \"o1*\"}, action: deny, reason: costly}\n\
+                    allowlist:\n  models: [\"gpt-4o-mini\", \"o1*\"]\n";
+        let mut ex = exchange(yaml, json!({"model": "o1-mini", "messages": []}));
+        match Policy.on_request(&mut ex, &mut Ctx::default()) {
+            Verdict::Block("deny", e) => assert!(e.message.contains("no-o1") && e.message.contains("costly")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("PASS")));
+        let mut ex = exchange(yaml, json!({"model": "gpt-4o", "messages": []}));
+        assert!(matches!(Policy.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("allow")));
+        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Block("BLOCK", _)));
+        let mut ex = exchange("cache: {mode: exact}\n", json!({"model": "gpt-4o", "messages": []}));
+        assert!(matches!(Policy.on_request(&mut ex, &mut Ctx::default()), Verdict::Skip));
+        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Skip));
+    }
+}
