@@ -135,11 +135,16 @@ pub fn sign(s: &mut Sealed, key: &SigningKey) {
     s.signature = B64.encode(key.sign(&s.canonical).to_bytes());
 }
 
+/// Batches at least this large are signed on several threads.
+const PARALLEL_FROM: usize = 256;
+
 /// Signs many at once. Signatures do not depend on each other (only hashes chain), so a
 /// batch is split over the machine's cores.
 pub fn sign_all(items: &mut [Sealed], key: &SigningKey) {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-    if cores < 2 || items.len() < 32 {
+    // Threads pay off only for big batches (a backlog to catch up on); under steady load the
+    // batches are small and the cores are busy serving requests anyway.
+    if cores < 2 || items.len() < PARALLEL_FROM {
         items.iter_mut().for_each(|s| sign(s, key));
         return;
     }
