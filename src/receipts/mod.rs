@@ -4,9 +4,11 @@
 //! - `signer`: the signing key file and the signing-key registry
 //! - `writer`: the background service that assigns `seq`/`prevHash` and appends in batches
 //! - `chain`: re-deriving hashes and links over a range (verify-chain)
+//! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (receipts.md §3)
 
 pub mod canonical;
 pub mod chain;
+pub mod merkle;
 pub mod signer;
 pub mod writer;
 
