@@ -22,6 +22,8 @@ pub struct Budget {
 
 const COLUMNS: &str = "id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at";
 
+const TABLE: super::rows::Table = super::rows::Table { name: "budgets", columns: COLUMNS };
+
 fn from_row(r: &AnyRow) -> Result<Budget, sqlx::Error> {
     Ok(Budget {
         id: r.try_get("id")?,
@@ -78,40 +80,17 @@ pub async fn insert(
 }
 
 pub async fn get(store: &Store, tenant_id: &str, id: &str) -> Result<Option<Budget>, StoreError> {
-    let (t, id) = (tenant_id.to_string(), id.to_string());
-    store
-        .run(|pool, _| async move {
-            let sql = format!("SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND id = $2");
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&pool).await?;
-            Ok(row.as_ref().map(from_row).transpose()?)
-        })
-        .await
+    TABLE.get(store, tenant_id, id, from_row).await
 }
 
 /// A page of the tenant's budgets in creation order (ids are UUIDv7).
 pub async fn list(store: &Store, tenant_id: &str, after: Option<&str>, limit: i64) -> Result<Vec<Budget>, StoreError> {
-    let (t, after) = (tenant_id.to_string(), after.map(str::to_string));
-    store
-        .run(|pool, _| async move {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND (CAST($2 AS TEXT) IS NULL OR id > $2) \
-                 ORDER BY id LIMIT $3"
-            );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(after).bind(limit).fetch_all(&pool).await?;
-            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
-        })
-        .await
+    TABLE.page(store, tenant_id, after, limit, from_row).await
 }
 
 /// Every budget of every tenant: the source of the snapshot's budget book.
 pub async fn all(store: &Store) -> Result<Vec<Budget>, StoreError> {
-    store
-        .run(|pool, _| async move {
-            let sql = format!("SELECT {COLUMNS} FROM budgets");
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await?;
-            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
-        })
-        .await
+    TABLE.all(store, from_row).await
 }
 
 /// Sets the fields given (None leaves one unchanged); None when the tenant has no such budget.
@@ -154,15 +133,5 @@ pub async fn update(
 
 /// False when the tenant has no such budget.
 pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
-    let (t, id) = (tenant_id.to_string(), id.to_string());
-    store
-        .run(|pool, _| async move {
-            let done = sqlx::query("DELETE FROM budgets WHERE tenant_id = $1 AND id = $2")
-                .bind(t)
-                .bind(id)
-                .execute(&pool)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
+    TABLE.delete(store, tenant_id, id).await
 }

@@ -23,6 +23,8 @@ pub struct Member {
 
 const COLUMNS: &str = "id, tenant_id, team_id, email, role, idp_user_id, name, image_url, joined_at";
 
+const TABLE: super::rows::Table = super::rows::Table { name: "team_members", columns: COLUMNS };
+
 fn from_row(r: &AnyRow) -> Result<Member, sqlx::Error> {
     Ok(Member {
         id: r.try_get("id")?,
@@ -153,15 +155,5 @@ pub async fn update(store: &Store, tenant_id: &str, id: &str, p: MemberPatch) ->
 
 /// False when the tenant has no such member.
 pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
-    let (t, id) = (tenant_id.to_string(), id.to_string());
-    store
-        .run(|pool, _| async move {
-            let done = sqlx::query("DELETE FROM team_members WHERE tenant_id = $1 AND id = $2")
-                .bind(t)
-                .bind(id)
-                .execute(&pool)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
+    TABLE.delete(store, tenant_id, id).await
 }

@@ -15,6 +15,7 @@ pub mod members;
 pub mod policies;
 pub mod providers;
 pub mod receipts;
+pub mod rows;
 pub mod spend;
 pub mod teams;
 pub mod tenants;

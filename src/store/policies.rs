@@ -21,6 +21,8 @@ pub struct PolicyRecord {
 
 const COLUMNS: &str = "id, tenant_id, name, enabled, yaml, created_at, updated_at";
 
+const TABLE: super::rows::Table = super::rows::Table { name: "policies", columns: COLUMNS };
+
 fn from_row(r: &AnyRow) -> Result<PolicyRecord, sqlx::Error> {
     Ok(PolicyRecord {
         id: r.try_get("id")?,
@@ -91,28 +93,11 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<PolicyRecord>, StoreError> {
-    let (t, after) = (tenant_id.to_string(), after.map(str::to_string));
-    store
-        .run(|pool, _| async move {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM policies WHERE tenant_id = $1 \
-                 AND (CAST($2 AS TEXT) IS NULL OR id > $2) ORDER BY id LIMIT $3"
-            );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(after).bind(limit).fetch_all(&pool).await?;
-            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
-        })
-        .await
+    TABLE.page(store, tenant_id, after, limit, from_row).await
 }
 
 pub async fn get(store: &Store, tenant_id: &str, id: &str) -> Result<Option<PolicyRecord>, StoreError> {
-    let (t, id) = (tenant_id.to_string(), id.to_string());
-    store
-        .run(|pool, _| async move {
-            let sql = format!("SELECT {COLUMNS} FROM policies WHERE tenant_id = $1 AND id = $2");
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&pool).await?;
-            Ok(row.as_ref().map(from_row).transpose()?)
-        })
-        .await
+    TABLE.get(store, tenant_id, id, from_row).await
 }
 
 /// Replaces name, switch and text of one of the tenant's policies; None when there is none.
@@ -156,15 +141,5 @@ pub async fn replace(
 
 /// Deletes one of the tenant's policies; false when there is none.
 pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
-    let (t, id) = (tenant_id.to_string(), id.to_string());
-    store
-        .run(|pool, _| async move {
-            let done = sqlx::query("DELETE FROM policies WHERE tenant_id = $1 AND id = $2")
-                .bind(t)
-                .bind(id)
-                .execute(&pool)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
+    TABLE.delete(store, tenant_id, id).await
 }

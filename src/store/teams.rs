@@ -20,6 +20,8 @@ pub struct Team {
 
 const COLUMNS: &str = "id, tenant_id, name, budget_pool_usd, created_at, updated_at";
 
+const TABLE: super::rows::Table = super::rows::Table { name: "teams", columns: COLUMNS };
+
 fn from_row(r: &AnyRow) -> Result<Team, sqlx::Error> {
     Ok(Team {
         id: r.try_get("id")?,
@@ -85,40 +87,17 @@ pub async fn create(store: &Store, tenant_id: &str, name: &str, pool_usd: Option
 }
 
 pub async fn get(store: &Store, tenant_id: &str, id: &str) -> Result<Option<Team>, StoreError> {
-    let (t, id) = (tenant_id.to_string(), id.to_string());
-    store
-        .run(|pool, _| async move {
-            let sql = format!("SELECT {COLUMNS} FROM teams WHERE tenant_id = $1 AND id = $2");
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&pool).await?;
-            Ok(row.as_ref().map(from_row).transpose()?)
-        })
-        .await
+    TABLE.get(store, tenant_id, id, from_row).await
 }
 
 /// A page of the tenant's teams in creation order (ids are UUIDv7).
 pub async fn list(store: &Store, tenant_id: &str, after: Option<&str>, limit: i64) -> Result<Vec<Team>, StoreError> {
-    let (t, after) = (tenant_id.to_string(), after.map(str::to_string));
-    store
-        .run(|pool, _| async move {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM teams WHERE tenant_id = $1 AND (CAST($2 AS TEXT) IS NULL OR id > $2) \
-                 ORDER BY id LIMIT $3"
-            );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(after).bind(limit).fetch_all(&pool).await?;
-            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
-        })
-        .await
+    TABLE.page(store, tenant_id, after, limit, from_row).await
 }
 
 /// Every team of every tenant: the source of the snapshot's team names and pools.
 pub async fn all(store: &Store) -> Result<Vec<Team>, StoreError> {
-    store
-        .run(|pool, _| async move {
-            let sql = format!("SELECT {COLUMNS} FROM teams");
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await?;
-            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
-        })
-        .await
+    TABLE.all(store, from_row).await
 }
 
 /// Renames the team and, when `pool_usd` is given, sets (`Some(Some)`) or clears (`Some(None)`)
