@@ -8,15 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{backends, http, Backend, Gateway, Standin};
+use support::{backends, http, Backend, Gateway};
 
-fn setup(b: &Backend, env: &[(&str, &str)]) -> (Gateway, Standin) {
-    let up = Standin::start();
-    let g = Gateway::start(b, env);
-    g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
-    g.set_provider(&g.key, "anthropic", &up.url(), "sk-ant-provider-secret");
-    (g, up)
-}
+use support::with_standin as setup;
 
 fn chat(g: &Gateway, key: &str, body: &Value) -> http::Resp {
     g.post_gw("/v1/chat/completions", key, body.to_string().as_bytes())

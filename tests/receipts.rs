@@ -7,15 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use support::{backends, http, Backend, Gateway, Standin};
+use support::{backends, http, Backend, Gateway};
 
-fn setup(b: &Backend, env: &[(&str, &str)]) -> (Gateway, Standin) {
-    let up = Standin::start();
-    let g = Gateway::start(b, env);
-    g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
-    g.set_provider(&g.key, "anthropic", &up.url(), "sk-ant-provider-secret");
-    (g, up)
-}
+use support::with_standin as setup;
 
 fn chat(g: &Gateway, key: &str, body: &str) -> http::Resp {
     g.post_gw("/v1/chat/completions", key, body.as_bytes())

@@ -256,6 +256,15 @@ impl Gateway {
     }
 }
 
+/// A gateway whose tenant sends `openai` and `anthropic` traffic to a fresh stand-in.
+pub fn with_standin(b: &Backend, env: &[(&str, &str)]) -> (Gateway, Standin) {
+    let up = Standin::start();
+    let g = Gateway::start(b, env);
+    g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
+    g.set_provider(&g.key, "anthropic", &up.url(), "sk-ant-provider-secret");
+    (g, up)
+}
+
 /// Drops a database made by [`fresh_postgres`].
 pub fn drop_postgres(url: &str) {
     let Some(name) = url.rsplit('/').next().filter(|n| n.starts_with("tollgate_test_")) else { return };
