@@ -134,22 +134,7 @@ mod tests {
     }
 
     fn key(id: &str, tenant: &str, team: Option<&str>, budget: Option<f64>) -> KeyRecord {
-        KeyRecord {
-            id: id.into(),
-            tenant_id: tenant.into(),
-            key_hash: String::new(),
-            label: String::new(),
-            key_class: "interactive".into(),
-            role: "developer".into(),
-            team_id: team.map(Into::into),
-            budget_usd: budget,
-            spent_usd: 0.0,
-            rpm_limit: None,
-            tpm_limit: None,
-            key_hint: String::new(),
-            created_at: String::new(),
-            last_used_at: None,
-        }
+        KeyRecord { team_id: team.map(Into::into), budget_usd: budget, ..KeyRecord::fixture(id, tenant) }
     }
 
     fn team(id: &str, tenant: &str, pool: Option<f64>) -> Team {

@@ -71,22 +71,7 @@ impl Exchange {
     /// A fixture on a given snapshot (policies of tenant `t1`), for tests and benchmarks.
     pub fn fixture_in(snap: Arc<Snapshot>, body: Value) -> Exchange {
         use crate::store::keys::KeyRecord;
-        let record = KeyRecord {
-            id: "k1".into(),
-            tenant_id: "t1".into(),
-            key_hash: String::new(),
-            label: String::new(),
-            key_class: "interactive".into(),
-            role: "developer".into(),
-            team_id: None,
-            budget_usd: None,
-            spent_usd: 0.0,
-            rpm_limit: None,
-            tpm_limit: None,
-            key_hint: String::new(),
-            created_at: String::new(),
-            last_used_at: None,
-        };
+        let record = KeyRecord::fixture("k1", "t1");
         let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
         let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);

@@ -28,6 +28,28 @@ pub struct KeyRecord {
     pub last_used_at: Option<String>,
 }
 
+impl KeyRecord {
+    /// A developer key of `tenant_id` with no limits, for fixtures in tests and benchmarks.
+    pub fn fixture(id: &str, tenant_id: &str) -> KeyRecord {
+        KeyRecord {
+            id: id.into(),
+            tenant_id: tenant_id.into(),
+            key_hash: String::new(),
+            label: String::new(),
+            key_class: "interactive".into(),
+            role: "developer".into(),
+            team_id: None,
+            budget_usd: None,
+            spent_usd: 0.0,
+            rpm_limit: None,
+            tpm_limit: None,
+            key_hint: String::new(),
+            created_at: String::new(),
+            last_used_at: None,
+        }
+    }
+}
+
 const COLUMNS: &str = "id, tenant_id, key_hash, label, key_class, role, team_id, budget_usd, \
      spent_usd, rpm_limit, tpm_limit, key_hint, created_at, last_used_at";
 
