@@ -48,6 +48,11 @@ fn bench_seal(c: &mut Criterion) {
         use ed25519_dalek::Signer as _;
         b.iter(|| signer.signing_key().sign(&bytes))
     });
+    let sealed = seal(receipt.clone(), signer.signing_key());
+    let public = signer.signing_key().verifying_key().to_bytes();
+    c.bench_function("Ed25519 verify of one receipt", |b| {
+        b.iter(|| tollgate::receipts::canonical::verify_signature(&bytes, &sealed.signature, &public))
+    });
 }
 
 fn bench_append(c: &mut Criterion) {

@@ -1,4 +1,5 @@
-//! `/v1/compliance/...`: the signing-key registry (more arrives with compliance packs).
+//! `/v1/compliance/...`: signing keys, attestation, inclusion proofs, evidence bundles, packs,
+//! coverage maps and receipt controls.
 
 use serde_json::json;
 
