@@ -40,6 +40,16 @@ enum Command {
     },
     /// Validate the configuration and exit (errors name file, line and field).
     CheckConfig(ConfigArg),
+    /// Verify an evidence bundle offline: signatures, hashes, chain, Merkle root, signed tree
+    /// head. Exit status 0 only if every check holds.
+    Verify {
+        /// The bundle (GET /v1/compliance/evidence-bundle); `-` reads standard input.
+        bundle: PathBuf,
+        /// Trusted Ed25519 public key (base64 of the raw 32 bytes), repeatable. Without it the
+        /// keys listed in the bundle itself are used.
+        #[arg(long = "key")]
+        keys: Vec<String>,
+    },
     /// Receipt signing-key administration.
     SigningKey {
         #[command(subcommand)]
@@ -231,6 +241,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(code) => code,
             }
         }
+        Command::Verify { bundle, keys } => verify_bundle(&bundle, &keys),
         Command::CheckConfig(arg) => match load(&arg) {
             Ok(cfg) => {
                 if let Err(e) = crate::pricing::Pricing::from_config(&cfg) {
@@ -251,5 +262,39 @@ pub fn run(cli: Cli) -> ExitCode {
             }
             Err(code) => code,
         },
+    }
+}
+
+fn verify_bundle(path: &std::path::Path, keys: &[String]) -> ExitCode {
+    use base64::Engine;
+    let mut pinned = Vec::new();
+    for k in keys {
+        match base64::engine::general_purpose::STANDARD.decode(k.trim()).ok().and_then(|r| <[u8; 32]>::try_from(r).ok())
+        {
+            Some(raw) => pinned.push(raw),
+            None => return fail(format!("--key {k}: expected base64 of a raw 32-byte Ed25519 public key")),
+        }
+    }
+    let input: Box<dyn std::io::Read> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        match std::fs::File::open(path) {
+            Ok(f) => Box::new(f),
+            Err(e) => return fail(format!("cannot read {}: {e}", path.display())),
+        }
+    };
+    let report = crate::compliance::verify::verify(input, &pinned);
+    for line in &report.lines {
+        println!("{}  {}", if line.ok { "ok  " } else { "FAIL" }, line.text);
+    }
+    match &report.first_failure {
+        None if report.ok() => {
+            println!("verified: every check holds for {}", path.display());
+            ExitCode::SUCCESS
+        }
+        first => {
+            println!("NOT verified: first failure: {}", first.as_deref().unwrap_or("see above"));
+            ExitCode::FAILURE
+        }
     }
 }

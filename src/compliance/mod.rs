@@ -1,5 +1,15 @@
+//! Compliance evidence: attestation periods, the walk that re-verifies them, inclusion proofs
+//! and the offline bundle verifier.
+//!
 //! The fixed statements every compliance response carries. Clients must display them
 //! verbatim; changing a word here changes what customers show their auditors.
+
+pub mod attestation;
+pub mod bundle;
+pub mod inclusion;
+pub mod period;
+pub mod verify;
+pub mod walk;
 
 /// What the evidence covers.
 pub const SCOPE: &str = "This evidence covers requests routed through this Tollgate gateway for the stated tenant \

@@ -358,6 +358,18 @@ impl ManagementApp {
                 Method::DELETE => budgets::delete(app, caller, id).await,
                 _ => Err(method_not_allowed()),
             },
+            ["compliance", "attestation"] => match *m {
+                Method::GET => compliance::attestation(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "attestation", "receipts", id, "inclusion"] => match *m {
+                Method::GET => compliance::inclusion(app, caller, id, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "evidence-bundle"] => match *m {
+                Method::GET => compliance::evidence_bundle(app, caller, req).await,
+                _ => Err(method_not_allowed()),
+            },
             ["compliance", "signing-keys"] => match *m {
                 Method::GET => compliance::signing_keys(app, caller).await,
                 _ => Err(method_not_allowed()),

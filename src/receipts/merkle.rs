@@ -160,6 +160,77 @@ impl RootBuilder {
     }
 }
 
+/// A streaming audit path (RFC 9162 §2.1.3.1) and root for one leaf of a large period: leaves
+/// are pushed in order, memory O(log n). The sibling subtrees of the path are disjoint ranges of
+/// leaf positions, known from `tree_size` and `index` alone, so each pushed leaf feeds exactly one
+/// of them (or is the leaf itself).
+#[derive(Debug, Clone)]
+pub struct ProofBuilder {
+    /// Sibling ranges `[start, end)` in path order (bottom-up), each with its streaming root.
+    siblings: Vec<(u64, u64, RootBuilder)>,
+    root: RootBuilder,
+    index: u64,
+    tree_size: u64,
+    pos: u64,
+    leaf: Option<Hash>,
+}
+
+impl ProofBuilder {
+    /// `None` when `index >= tree_size`.
+    pub fn new(tree_size: u64, index: u64) -> Option<Self> {
+        if index >= tree_size {
+            return None;
+        }
+        let mut ranges = Vec::new();
+        sibling_ranges(0, tree_size, index, &mut ranges);
+        Some(ProofBuilder {
+            siblings: ranges.into_iter().map(|(a, b)| (a, b, RootBuilder::new())).collect(),
+            root: RootBuilder::new(),
+            index,
+            tree_size,
+            pos: 0,
+            leaf: None,
+        })
+    }
+
+    /// The next leaf hash (already `leaf_hash`ed), in position order.
+    pub fn push(&mut self, leaf: Hash) {
+        let p = self.pos;
+        self.pos += 1;
+        self.root.push(leaf);
+        if p == self.index {
+            self.leaf = Some(leaf);
+        } else if let Some(s) = self.siblings.iter_mut().find(|(a, b, _)| (*a..*b).contains(&p)) {
+            s.2.push(leaf);
+        }
+    }
+
+    /// `(leaf, audit path, root)`, or `None` when fewer or more than `tree_size` leaves came.
+    pub fn finish(self) -> Option<(Hash, Vec<Hash>, Hash)> {
+        if self.pos != self.tree_size {
+            return None;
+        }
+        let path = self.siblings.into_iter().map(|(_, _, b)| b.finish()).collect();
+        Some((self.leaf?, path, self.root.finish()))
+    }
+}
+
+/// The sibling ranges of PATH(m, D[start..end]), deepest first (the order `collect_path` uses).
+fn sibling_ranges(start: u64, end: u64, m: u64, out: &mut Vec<(u64, u64)>) {
+    let n = end - start;
+    if n <= 1 {
+        return;
+    }
+    let k = split(n as usize) as u64;
+    if m < k {
+        sibling_ranges(start, start + k, m, out);
+        out.push((start + k, end));
+    } else {
+        sibling_ranges(start + k, end, m - k, out);
+        out.push((start, start + k));
+    }
+}
+
 /// Lowercase hex, as roots and hashes appear on the wire.
 pub fn to_hex(h: &Hash) -> String {
     hex::encode(h)
@@ -397,6 +468,25 @@ mod tests {
         assert_eq!(from_hex(&EMPTY[..62]), None);
         assert_eq!(from_hex(&format!("{EMPTY}00")), None);
         assert_eq!(from_hex(&EMPTY.replace('e', "g")), None);
+    }
+
+    #[test]
+    fn streaming_proofs_equal_the_recursive_ones() {
+        for n in 1..=70usize {
+            let ls = leaves(n);
+            for i in 0..n {
+                let mut b = ProofBuilder::new(n as u64, i as u64).expect("index in range");
+                ls.iter().for_each(|l| b.push(*l));
+                let (leaf, path, r) = b.finish().expect("all leaves pushed");
+                assert_eq!(leaf, ls[i]);
+                assert_eq!(path, inclusion_proof(&ls, i).unwrap(), "n={n} i={i}");
+                assert_eq!(r, root(&ls));
+            }
+        }
+        assert!(ProofBuilder::new(3, 3).is_none());
+        let mut short = ProofBuilder::new(3, 0).unwrap();
+        short.push(leaves(1)[0]);
+        assert!(short.finish().is_none(), "fewer leaves than the tree size");
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! `/v1/compliance/...`: signing keys, attestation, inclusion proofs, evidence bundles, packs,
 //! coverage maps and receipt controls.
 
+mod attestation;
+
 use serde_json::json;
+
+pub use attestation::{attestation, evidence_bundle, inclusion};
 
 use super::{Caller, Handled, Reply};
 use crate::app::App;

@@ -1,0 +1,204 @@
+//! The attestation (seed "Attestation", receipts.md §3): a walk over the period's receipts,
+//! the RFC 6962 root over their chain hashes, and a signed tree head that fixes `treeSize` and
+//! `root` for auditors checking inclusion proofs.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::period::Period;
+use super::walk::{Walk, WalkResult};
+use super::{DISCLAIMER, SCOPE};
+use crate::receipts::canonical::{self, GENESIS};
+use crate::receipts::merkle;
+use crate::receipts::signer::{RegisteredKey, Signer};
+use crate::store::receipts::StoredReceipt;
+use crate::store::{self, Store, StoreError};
+
+pub const VERSION: &str = "v1";
+pub const MERKLE_ALGORITHM: &str = "RFC6962-SHA256";
+pub const ANCHOR_TYPE: &str = "merkle_root_v1";
+pub const ANCHOR_NOTE: &str = "signature = base64(Ed25519(JCS({tenantId, fromSeq, toSeq, leafCount, root}))) with the \
+     signing key keyId (GET /v1/compliance/signing-keys). Take treeSize and root for inclusion proofs from this \
+     signed head, never from a proof response alone.";
+
+/// Rows per read while walking a period.
+const PAGE: i64 = 2000;
+
+/// Reads a period's receipts page by page, fetching the next page while the caller works on
+/// the current one.
+pub struct PeriodReader {
+    store: Store,
+    tenant: String,
+    to_seq: u64,
+    pending: Option<tokio::task::JoinHandle<Result<Vec<StoredReceipt>, StoreError>>>,
+}
+
+impl PeriodReader {
+    pub fn new(store: &Store, tenant: &str, period: &Period) -> PeriodReader {
+        let mut r =
+            PeriodReader { store: store.clone(), tenant: tenant.to_string(), to_seq: period.to_seq, pending: None };
+        if period.leaf_count() > 0 {
+            r.fetch(period.from_seq);
+        }
+        r
+    }
+
+    fn fetch(&mut self, from: u64) {
+        let (store, tenant, to) = (self.store.clone(), self.tenant.clone(), self.to_seq);
+        self.pending =
+            Some(tokio::spawn(async move { store::receipts::seq_range(&store, &tenant, from, to, PAGE).await }));
+    }
+
+    /// The next page (ascending seq); `None` at the end of the period.
+    pub async fn next(&mut self) -> Result<Option<Vec<StoredReceipt>>, StoreError> {
+        let Some(pending) = self.pending.take() else { return Ok(None) };
+        let rows = pending.await.map_err(|e| StoreError::Other(format!("period read failed: {e}")))??;
+        match rows.last() {
+            Some(last) if rows.len() as i64 == PAGE && last.receipt.seq < self.to_seq => {
+                self.fetch(last.receipt.seq + 1)
+            }
+            _ => {}
+        }
+        Ok((!rows.is_empty()).then_some(rows))
+    }
+}
+
+/// The stored `thisHash` the period's first receipt must link to.
+pub async fn anchor_hash(store: &Store, tenant: &str, from_seq: u64) -> Result<Option<String>, StoreError> {
+    if from_seq <= 1 {
+        return Ok(Some(GENESIS.to_string()));
+    }
+    store::receipts::hash_at(store, tenant, from_seq - 1).await
+}
+
+/// Feeds one page to the walk on a blocking thread (signature checks are CPU-bound).
+pub async fn feed(walk: Walk, rows: Vec<StoredReceipt>) -> Result<(Walk, Vec<StoredReceipt>), StoreError> {
+    tokio::task::spawn_blocking(move || {
+        let mut walk = walk;
+        walk.feed(&rows);
+        (walk, rows)
+    })
+    .await
+    .map_err(|e| StoreError::Other(format!("period walk failed: {e}")))
+}
+
+/// Walks the whole period.
+pub async fn walk_period(
+    store: &Store,
+    tenant: &str,
+    period: &Period,
+    registry: &[RegisteredKey],
+) -> Result<WalkResult, StoreError> {
+    let anchor = anchor_hash(store, tenant, period.from_seq).await?;
+    let mut walk = Walk::new(registry, period.from_seq, period.to_seq, anchor);
+    let mut reader = PeriodReader::new(store, tenant, period);
+    while let Some(rows) = reader.next().await? {
+        walk = feed(walk, rows).await?.0;
+    }
+    Ok(walk.finish())
+}
+
+/// The bytes the tree head signature covers (receipts.md §3).
+pub fn tree_head_bytes(tenant: &str, from_seq: u64, to_seq: u64, leaf_count: u64, root_hex: &str) -> Vec<u8> {
+    canonical::canonical_bytes(&json!({
+        "tenantId": tenant, "fromSeq": from_seq, "toSeq": to_seq, "leafCount": leaf_count, "root": root_hex,
+    }))
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        return 0.0;
+    }
+    (part as f64 * 10_000.0 / whole as f64).round() / 100.0
+}
+
+/// The attestation document for a walked period.
+pub fn document(
+    tenant: &str,
+    period: &Period,
+    w: &WalkResult,
+    packs_in_force: Value,
+    signer: &Arc<Signer>,
+    generated_at: &str,
+) -> Value {
+    let root = merkle::to_hex(&w.root);
+    let head = tree_head_bytes(tenant, period.from_seq, period.to_seq, w.leaf_count, &root);
+    let signature = {
+        use base64::Engine;
+        use ed25519_dalek::Signer as _;
+        base64::engine::general_purpose::STANDARD.encode(signer.signing_key().sign(&head).to_bytes())
+    };
+    let coverage: Vec<Value> = w
+        .coverage
+        .iter()
+        .map(|(name, c)| {
+            json!({"name": name, "receipts": c.receipts, "applicableReceipts": c.applicable,
+                   "pct": pct(c.receipts, c.applicable)})
+        })
+        .collect();
+    json!({
+        "version": VERSION,
+        "tenantId": tenant,
+        "generatedAt": generated_at,
+        "scope": SCOPE,
+        "disclaimer": DISCLAIMER,
+        "period": period,
+        "totals": {
+            "receipts": w.receipts,
+            "modelReceipts": w.model_receipts,
+            "toolReceipts": w.tool_receipts,
+            "chainVerifiedCount": w.chain_verified_count,
+            "signaturesVerifiedCount": w.signatures_verified_count,
+            "policyEvaluated": w.policy_evaluated,
+            "policyEvaluatedPct": pct(w.policy_evaluated, w.receipts),
+            "enforcementActions": w.enforcement_actions,
+            "upstreamFailures": w.upstream_failures,
+            "chainVerified": w.chain_verified(),
+            "signaturesVerified": w.signatures_verified(),
+        },
+        "verification": {
+            "brokenAtSeq": w.broken_at_seq,
+            "gapAtSeq": w.gap_at_seq,
+            "badSignatureAtSeq": w.bad_signature_at_seq,
+        },
+        "checkCoverage": coverage,
+        "packsInForce": packs_in_force,
+        "packVersionsObserved": w.pack_versions,
+        "signingKeyIds": w.key_ids,
+        "merkle": {"algorithm": MERKLE_ALGORITHM, "leafCount": w.leaf_count, "root": root},
+        "anchor": {
+            "type": ANCHOR_TYPE,
+            "root": root,
+            "keyId": signer.key_id,
+            "signature": signature,
+            "note": ANCHOR_NOTE,
+        },
+    })
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_head_bytes_are_jcs() {
+        let b = tree_head_bytes("t1", 1, 8, 8, "ab");
+        assert_eq!(
+            String::from_utf8(b).unwrap(),
+            r#"{"fromSeq":1,"leafCount":8,"root":"ab","tenantId":"t1","toSeq":8}"#
+        );
+    }
+
+    #[test]
+    fn percentages_round_to_two_places_and_survive_zero() {
+        assert_eq!(pct(1, 3), 33.33);
+        assert_eq!(pct(2, 3), 66.67);
+        assert_eq!(pct(0, 0), 0.0);
+        assert_eq!(pct(5, 5), 100.0);
+    }
+}

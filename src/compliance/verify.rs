@@ -1,0 +1,435 @@
+//! `tollgate verify BUNDLE.json`: checks an evidence bundle offline (receipts.md §4) with
+//! nothing but the bundle and, optionally, pinned public keys: every signature, every
+//! `thisHash`, the chain from the anchor with no gap, the RFC 6962 root against `merkle.root`
+//! and `attestation.merkle.root`, and the signed tree head.
+//!
+//! The document is read as a stream: receipts are checked one by one as they are parsed, so a
+//! bundle of millions of receipts needs memory for one receipt, not for the file. That works
+//! when `anchor` and `signingKeys` come before `receipts`, as Tollgate writes them; for any
+//! other member order the receipts are held until those two have been read.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::io::Read;
+
+use base64::Engine;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::attestation::{tree_head_bytes, MERKLE_ALGORITHM};
+use super::bundle::FORMAT;
+use super::walk::KeyRing;
+use crate::receipts::canonical::{self, Check, Receipt};
+use crate::receipts::merkle::{self, RootBuilder};
+use crate::receipts::signer::RegisteredKey;
+
+/// One line of the report: what was checked and whether it held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub ok: bool,
+    pub text: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub lines: Vec<Line>,
+    /// The first failure found, with the seq where it applies.
+    pub first_failure: Option<String>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.first_failure.is_none() && self.lines.iter().all(|l| l.ok)
+    }
+
+    fn line(&mut self, ok: bool, text: impl Into<String>) {
+        let text = text.into();
+        if !ok && self.first_failure.is_none() {
+            self.first_failure = Some(text.clone());
+        }
+        self.lines.push(Line { ok, text });
+    }
+
+    fn fail(&mut self, text: String) {
+        self.first_failure.get_or_insert(text);
+    }
+}
+
+/// A receipt as the bundle lists it: the signed members plus chain fields.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    v: u32,
+    tenant_id: String,
+    seq: u64,
+    receipt_id: String,
+    request_id: String,
+    actor: String,
+    provider: String,
+    model: String,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    cost_usd: f64,
+    checks: Vec<Check>,
+    upstream_status: String,
+    ts: String,
+    prev_hash: String,
+    this_hash: String,
+    signature: String,
+    key_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Anchor {
+    seq: u64,
+    this_hash: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KeyDoc {
+    key_id: String,
+    algorithm: String,
+    public_key: String,
+    #[serde(default)]
+    created_at: String,
+    #[serde(default)]
+    retired_at: Option<String>,
+}
+
+/// The running checks over the receipts array.
+struct Chain {
+    tenant: Option<String>,
+    keys: KeyRing,
+    prev: String,
+    next_seq: u64,
+    merkle: RootBuilder,
+    count: u64,
+    hashes_ok: u64,
+    signatures_ok: u64,
+    links_ok: u64,
+    key_ids: BTreeSet<String>,
+    first_seq: Option<u64>,
+    failure: Option<String>,
+}
+
+impl Chain {
+    fn new(tenant: Option<String>, anchor: &Anchor, keys: KeyRing) -> Chain {
+        Chain {
+            tenant,
+            keys,
+            prev: anchor.this_hash.clone(),
+            next_seq: anchor.seq + 1,
+            merkle: RootBuilder::new(),
+            count: 0,
+            hashes_ok: 0,
+            signatures_ok: 0,
+            links_ok: 0,
+            key_ids: BTreeSet::new(),
+            first_seq: None,
+            failure: None,
+        }
+    }
+
+    fn fail(&mut self, seq: u64, what: &str) {
+        self.failure.get_or_insert_with(|| format!("seq {seq}: {what}"));
+    }
+
+    fn check(&mut self, e: Entry) {
+        let seq = e.seq;
+        self.first_seq.get_or_insert(seq);
+        if self.tenant.as_deref().is_some_and(|t| t != e.tenant_id) {
+            self.fail(seq, "tenantId differs from the bundle's tenantId");
+        }
+        if seq != self.next_seq {
+            self.fail(seq, &format!("expected seq {} here (a receipt is missing or out of order)", self.next_seq));
+        }
+        if e.prev_hash == self.prev {
+            self.links_ok += 1;
+        } else {
+            self.fail(seq, "prevHash does not equal the previous receipt's thisHash (or the anchor's)");
+        }
+        let receipt = Receipt {
+            v: e.v,
+            tenant_id: e.tenant_id,
+            seq,
+            receipt_id: e.receipt_id,
+            request_id: e.request_id,
+            actor: e.actor,
+            provider: e.provider,
+            model: e.model,
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: e.completion_tokens,
+            cost_usd: e.cost_usd,
+            checks: e.checks,
+            upstream_status: e.upstream_status,
+            ts: e.ts,
+            prev_hash: e.prev_hash,
+        };
+        // The generic RFC 8785 canonicalizer, not the writer's hand-rolled one: a second
+        // implementation is what makes this an independent check.
+        let bytes = canonical::canonical_bytes(&receipt);
+        if canonical::sha256_hex(&bytes) == e.this_hash {
+            self.hashes_ok += 1;
+        } else {
+            self.fail(seq, "thisHash does not match SHA-256 of the canonical (RFC 8785) members");
+        }
+        if self.keys.verify(&e.key_id, &bytes, &e.signature) {
+            self.signatures_ok += 1;
+        } else {
+            self.fail(seq, &format!("Ed25519 signature does not verify with signing key {}", e.key_id));
+        }
+        match merkle::from_hex(&e.this_hash) {
+            Some(h) => self.merkle.push(merkle::leaf_hash(&h)),
+            None => {
+                self.fail(seq, "thisHash is not 64 lowercase hex digits");
+                self.merkle.push(merkle::leaf_hash(Sha256::digest(e.this_hash.as_bytes()).as_slice()));
+            }
+        }
+        self.key_ids.insert(e.key_id);
+        self.prev = e.this_hash;
+        self.next_seq = seq + 1;
+        self.count += 1;
+    }
+}
+
+/// What the top-level members hold after parsing.
+#[derive(Default)]
+struct Parsed {
+    format: Option<String>,
+    tenant: Option<String>,
+    period: Option<Value>,
+    anchor: Option<Anchor>,
+    keys: Option<Vec<KeyDoc>>,
+    merkle: Option<Value>,
+    attestation: Option<Value>,
+    chain: Option<Chain>,
+    /// Receipts met before `anchor`/`signingKeys` (other member orders).
+    held: Option<Vec<Entry>>,
+    pinned: Vec<[u8; 32]>,
+    key_failure: Option<String>,
+}
+
+impl Parsed {
+    fn ring(&mut self) -> KeyRing {
+        let docs = self.keys.as_deref().unwrap_or_default();
+        let registry: Vec<RegisteredKey> = docs
+            .iter()
+            .filter(|k| {
+                let raw = base64::engine::general_purpose::STANDARD.decode(&k.public_key).unwrap_or_default();
+                let Ok(raw) = <[u8; 32]>::try_from(raw.as_slice()) else { return false };
+                let derived = canonical::sha256_hex(&raw)[..16].to_string();
+                if derived != k.key_id || k.algorithm != "ed25519" {
+                    self.key_failure.get_or_insert(format!(
+                        "signing key {}: keyId is not SHA-256(publicKey)[0:16] or algorithm is not ed25519",
+                        k.key_id
+                    ));
+                    return false;
+                }
+                self.pinned.is_empty() || self.pinned.contains(&raw)
+            })
+            .map(|k| RegisteredKey {
+                key_id: k.key_id.clone(),
+                algorithm: k.algorithm.clone(),
+                public_key: k.public_key.clone(),
+                created_at: k.created_at.clone(),
+                retired_at: k.retired_at.clone(),
+            })
+            .collect();
+        KeyRing::new(&registry)
+    }
+
+    fn start_chain(&mut self) -> Option<&mut Chain> {
+        if self.chain.is_none() && self.anchor.is_some() && self.keys.is_some() {
+            let ring = self.ring();
+            let anchor = self.anchor.as_ref()?;
+            self.chain = Some(Chain::new(self.tenant.clone(), anchor, ring));
+        }
+        self.chain.as_mut()
+    }
+}
+
+struct Receipts<'a>(&'a mut Parsed);
+
+impl<'de> DeserializeSeed<'de> for Receipts<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Receipts<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of receipts")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(e) = seq.next_element::<Entry>()? {
+            match self.0.start_chain() {
+                Some(chain) => chain.check(e),
+                None => self.0.held.get_or_insert_with(Vec::new).push(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Top<'a>(&'a mut Parsed);
+
+impl<'de> DeserializeSeed<'de> for Top<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Top<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an evidence bundle object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let p = self.0;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "format" => p.format = Some(map.next_value()?),
+                "tenantId" => p.tenant = Some(map.next_value()?),
+                "period" => p.period = Some(map.next_value()?),
+                "anchor" => p.anchor = Some(map.next_value()?),
+                "signingKeys" => p.keys = Some(map.next_value()?),
+                "merkle" => p.merkle = Some(map.next_value()?),
+                "attestation" => p.attestation = Some(map.next_value()?),
+                "receipts" => map.next_value_seed(Receipts(p))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Verifies a bundle read from `input`. `pinned` (raw public keys) restricts which signing keys
+/// are trusted; empty = the keys the bundle lists (self-asserted, and said so in the report).
+pub fn verify(input: impl Read, pinned: &[[u8; 32]]) -> Report {
+    let mut report = Report::default();
+    let mut p = Parsed { pinned: pinned.to_vec(), ..Parsed::default() };
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 20, input));
+    if let Err(e) = Top(&mut p).deserialize(&mut de).and_then(|_| de.end()) {
+        report.line(false, format!("the bundle is not a well-formed evidence bundle: {e}"));
+        return report;
+    }
+    report.line(
+        p.format.as_deref() == Some(FORMAT),
+        format!("format is {FORMAT} (found {:?})", p.format.as_deref().unwrap_or("none")),
+    );
+    let (Some(anchor), Some(_)) = (p.anchor.as_ref(), p.keys.as_ref()) else {
+        report.line(false, "the bundle has `anchor` and `signingKeys`");
+        return report;
+    };
+    let anchor_seq = anchor.seq;
+    let mut chain = match p.chain.take() {
+        Some(c) => c,
+        None => {
+            let ring = p.ring();
+            Chain::new(p.tenant.clone(), p.anchor.as_ref().expect("checked above"), ring)
+        }
+    };
+    for e in p.held.take().unwrap_or_default() {
+        chain.check(e);
+    }
+    if let Some(f) = p.key_failure.take() {
+        report.line(false, f);
+    }
+    // The per-receipt failure names the seq: it goes first, before the summary lines.
+    if let Some(f) = chain.failure.take() {
+        report.fail(f);
+    }
+    let keys_note = if pinned.is_empty() {
+        "keys as listed in the bundle; pass --key to pin trusted public keys"
+    } else {
+        "keys pinned with --key"
+    };
+    let period = p.period.clone().unwrap_or(Value::Null);
+    let (from_seq, to_seq) = (period["fromSeq"].as_u64(), period["toSeq"].as_u64());
+    let expected = from_seq.zip(to_seq).map(|(f, t)| (t + 1).saturating_sub(f));
+    let n = chain.count;
+    report.line(
+        expected == Some(n) && from_seq.is_some_and(|f| f == anchor_seq + 1),
+        format!(
+            "period: seq {} to {} holds {n} receipts, anchored at seq {anchor_seq}",
+            from_seq.map_or("?".into(), |v| v.to_string()),
+            to_seq.map_or("?".into(), |v| v.to_string())
+        ),
+    );
+    report.line(
+        chain.hashes_ok == n,
+        format!("hashes: {} of {n} thisHash values re-derived from the RFC 8785 canonical members", chain.hashes_ok),
+    );
+    report.line(
+        chain.signatures_ok == n,
+        format!(
+            "signatures: {} of {n} Ed25519 signatures verified (key ids {}; {keys_note})",
+            chain.signatures_ok,
+            chain.key_ids.iter().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    );
+    report.line(
+        chain.links_ok == n && chain.first_seq.is_none_or(|s| s == anchor_seq + 1),
+        format!("chain: {} of {n} prevHash links hold, from the anchor at seq {anchor_seq}, no gap", chain.links_ok),
+    );
+    let leaf_count = chain.merkle.len();
+    let root = merkle::to_hex(&chain.merkle.finish());
+    let merkle_doc = p.merkle.clone().unwrap_or(Value::Null);
+    let att = p.attestation.clone().unwrap_or(Value::Null);
+    report.line(
+        merkle_doc["algorithm"] == MERKLE_ALGORITHM
+            && merkle_doc["root"] == root.as_str()
+            && merkle_doc["leafCount"] == leaf_count
+            && att["merkle"]["root"] == root.as_str(),
+        format!("merkle: RFC 6962 root {root} over {leaf_count} leaves equals merkle.root and attestation.merkle.root"),
+    );
+    report.line(
+        att["tenantId"] == p.tenant.as_deref().unwrap_or_default()
+            && att["period"]["fromSeq"] == period["fromSeq"]
+            && att["period"]["toSeq"] == period["toSeq"]
+            && att["totals"]["receipts"] == n,
+        "attestation: same tenant, period and receipt count as the bundle",
+    );
+    report.line(
+        tree_head_ok(&p, &att, &root, leaf_count),
+        "signed tree head: attestation.anchor.signature by its keyId over JCS({tenantId, fromSeq, toSeq, leafCount, root})",
+    );
+    report
+}
+
+fn tree_head_ok(p: &Parsed, att: &Value, root: &str, leaf_count: u64) -> bool {
+    let anchor = &att["anchor"];
+    let (Some(tenant), Some(from), Some(to)) =
+        (att["tenantId"].as_str(), att["period"]["fromSeq"].as_u64(), att["period"]["toSeq"].as_u64())
+    else {
+        return false;
+    };
+    let (Some(key_id), Some(sig)) = (anchor["keyId"].as_str(), anchor["signature"].as_str()) else { return false };
+    let keys: HashMap<&str, &KeyDoc> = p.keys.iter().flatten().map(|k| (k.key_id.as_str(), k)).collect();
+    let Some(key) = keys.get(key_id) else { return false };
+    let ring = KeyRing::new(&[RegisteredKey {
+        key_id: key.key_id.clone(),
+        algorithm: key.algorithm.clone(),
+        public_key: key.public_key.clone(),
+        created_at: String::new(),
+        retired_at: None,
+    }]);
+    let pinned_ok = p.pinned.is_empty()
+        || base64::engine::general_purpose::STANDARD
+            .decode(&key.public_key)
+            .ok()
+            .and_then(|raw| <[u8; 32]>::try_from(raw.as_slice()).ok())
+            .is_some_and(|raw| p.pinned.contains(&raw));
+    anchor["root"] == root
+        && pinned_ok
+        && ring.verify(key_id, &tree_head_bytes(tenant, from, to, leaf_count, root), sig)
+}

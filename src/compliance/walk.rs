@@ -1,0 +1,446 @@
+//! One pass over a period's receipts, in seq order, that re-derives everything an attestation
+//! states: each `thisHash` from the stored signed members, each `prevHash` link from the anchor,
+//! each Ed25519 signature against the registry key its `keyId` names, the RFC 6962 root, and the
+//! totals and per-check coverage. Memory is O(log n) plus one page: the attestation, the
+//! evidence bundle and the benchmark all feed it page by page.
+
+use std::collections::{BTreeSet, HashMap};
+
+use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+use crate::receipts::canonical;
+use crate::receipts::merkle::{self, Hash, RootBuilder};
+use crate::receipts::signer::{self, RegisteredKey};
+use crate::store::receipts::StoredReceipt;
+
+/// The check names of API.md in pipeline order (`plugins/mod.rs`), then the upstream call.
+pub const CHECK_ORDER: [&str; 7] = ["ALLOWLIST", "policy", "RATELIMIT", "BUDGET", "GUARDRAIL", "CACHE", "UPSTREAM"];
+
+/// Results that stopped a request: each receipt holding one is an enforcement action.
+pub fn is_enforcement(result: &str) -> bool {
+    matches!(result, "BLOCK" | "deny")
+}
+
+/// Public keys by key id, decoded once per walk.
+#[derive(Default)]
+pub struct KeyRing {
+    keys: HashMap<String, VerifyingKey>,
+}
+
+impl KeyRing {
+    pub fn new(registry: &[RegisteredKey]) -> KeyRing {
+        let keys = registry
+            .iter()
+            .filter_map(|k| {
+                let raw = signer::public_bytes(k)?;
+                Some((k.key_id.clone(), VerifyingKey::from_bytes(&raw).ok()?))
+            })
+            .collect();
+        KeyRing { keys }
+    }
+
+    pub fn verify(&self, key_id: &str, message: &[u8], signature_b64: &str) -> bool {
+        use base64::Engine;
+        let Some(key) = self.keys.get(key_id) else { return false };
+        let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(signature_b64) else { return false };
+        let Ok(sig) = Signature::from_slice(&raw) else { return false };
+        key.verify(message, &sig).is_ok()
+    }
+
+    /// True only if every `(keyId, message, signature)` verifies; false also for an unknown
+    /// key or a malformed signature (the caller then checks them one by one).
+    pub fn verify_batch<'a>(&self, items: impl Iterator<Item = (&'a str, &'a [u8], &'a str)>) -> bool {
+        use base64::Engine;
+        let (mut msgs, mut sigs, mut vks) = (Vec::new(), Vec::new(), Vec::new());
+        for (key_id, message, signature_b64) in items {
+            let Some(key) = self.keys.get(key_id) else { return false };
+            let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(signature_b64) else { return false };
+            let Ok(sig) = Signature::from_slice(&raw) else { return false };
+            msgs.push(message);
+            sigs.push(sig);
+            vks.push(*key);
+        }
+        msgs.is_empty() || ed25519_dalek::verify_batch(&msgs, &sigs, &vks).is_ok()
+    }
+}
+
+/// What one receipt's own checks found (computed in parallel; links are checked in order).
+#[derive(Debug, Clone, Copy)]
+struct RowCheck {
+    hash_ok: bool,
+    sig_ok: bool,
+    leaf: Hash,
+}
+
+/// Signatures checked together: Ed25519 batch verification costs well under half of one
+/// check per signature. A batch that fails is re-checked one by one to find the culprit(s).
+const BATCH: usize = 64;
+
+fn check_part(rows: &[StoredReceipt], keys: &KeyRing) -> Vec<RowCheck> {
+    let mut out = Vec::with_capacity(rows.len());
+    for group in rows.chunks(BATCH) {
+        let bytes: Vec<Vec<u8>> = group.iter().map(|r| canonical::receipt_bytes(&r.receipt)).collect();
+        let start = out.len();
+        for (r, b) in group.iter().zip(&bytes) {
+            let recomputed: Hash = Sha256::digest(b).into();
+            let stored = merkle::from_hex(&r.this_hash);
+            // The leaf is the stored hash (what the bundle shows and an auditor hashes); a stored
+            // value that is not even hex is a broken receipt already: its leaf is the recomputed one.
+            let leaf = merkle::leaf_hash(&stored.unwrap_or(recomputed));
+            out.push(RowCheck { hash_ok: stored == Some(recomputed), sig_ok: false, leaf });
+        }
+        let batch_ok = keys.verify_batch(
+            group.iter().zip(&bytes).map(|(r, b)| (r.key_id.as_str(), b.as_slice(), r.signature.as_str())),
+        );
+        for (i, (r, b)) in group.iter().zip(&bytes).enumerate() {
+            out[start + i].sig_ok = batch_ok || keys.verify(&r.key_id, b, &r.signature);
+        }
+    }
+    out
+}
+
+/// Pages at least this long are checked on several threads.
+const PARALLEL_FROM: usize = 2 * BATCH;
+
+fn check_rows(rows: &[StoredReceipt], keys: &KeyRing) -> Vec<RowCheck> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+    if cores < 2 || rows.len() < PARALLEL_FROM {
+        return check_part(rows, keys);
+    }
+    let per = rows.len().div_ceil(cores).next_multiple_of(BATCH);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = rows.chunks(per).map(|part| scope.spawn(move || check_part(part, keys))).collect();
+        parts.into_iter().flat_map(|h| h.join().expect("row checks do not panic")).collect()
+    })
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Coverage {
+    pub receipts: u64,
+    pub applicable: u64,
+}
+
+/// The totals and findings of a finished walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalkResult {
+    pub receipts: u64,
+    pub model_receipts: u64,
+    pub tool_receipts: u64,
+    pub chain_verified_count: u64,
+    pub signatures_verified_count: u64,
+    pub policy_evaluated: u64,
+    pub enforcement_actions: u64,
+    pub upstream_failures: u64,
+    /// Per name of [`CHECK_ORDER`], in that order.
+    pub coverage: Vec<(&'static str, Coverage)>,
+    pub pack_versions: Vec<String>,
+    pub key_ids: Vec<String>,
+    pub root: Hash,
+    pub leaf_count: u64,
+    /// First seq whose hash or link is wrong; first missing seq; first bad signature.
+    pub broken_at_seq: Option<u64>,
+    pub gap_at_seq: Option<u64>,
+    pub bad_signature_at_seq: Option<u64>,
+    /// Receipts expected in the period (`toSeq - fromSeq + 1`).
+    pub expected: u64,
+}
+
+impl WalkResult {
+    pub fn chain_verified(&self) -> bool {
+        self.broken_at_seq.is_none() && self.gap_at_seq.is_none() && self.chain_verified_count == self.expected
+    }
+
+    pub fn signatures_verified(&self) -> bool {
+        self.bad_signature_at_seq.is_none() && self.signatures_verified_count == self.expected
+    }
+}
+
+pub struct Walk {
+    keys: KeyRing,
+    to_seq: u64,
+    /// The next seq expected.
+    next: u64,
+    /// `thisHash` of the previous receipt; `None` right after a gap (the link cannot be checked).
+    prev: Option<String>,
+    merkle: RootBuilder,
+    r: WalkResult,
+    pack_versions: BTreeSet<String>,
+    key_ids: BTreeSet<String>,
+}
+
+impl Walk {
+    /// A walk over `[from_seq, to_seq]` whose first link must equal `anchor_hash` (the stored
+    /// `thisHash` of `from_seq - 1`, genesis for seq 1; `None` when that receipt is missing).
+    pub fn new(registry: &[RegisteredKey], from_seq: u64, to_seq: u64, anchor_hash: Option<String>) -> Walk {
+        Walk {
+            keys: KeyRing::new(registry),
+            to_seq,
+            next: from_seq,
+            prev: anchor_hash,
+            merkle: RootBuilder::new(),
+            r: WalkResult {
+                receipts: 0,
+                model_receipts: 0,
+                tool_receipts: 0,
+                chain_verified_count: 0,
+                signatures_verified_count: 0,
+                policy_evaluated: 0,
+                enforcement_actions: 0,
+                upstream_failures: 0,
+                coverage: CHECK_ORDER.iter().map(|n| (*n, Coverage::default())).collect(),
+                pack_versions: Vec::new(),
+                key_ids: Vec::new(),
+                root: merkle::empty_root(),
+                leaf_count: 0,
+                broken_at_seq: None,
+                gap_at_seq: None,
+                bad_signature_at_seq: None,
+                expected: (to_seq + 1).saturating_sub(from_seq),
+            },
+            pack_versions: BTreeSet::new(),
+            key_ids: BTreeSet::new(),
+        }
+    }
+
+    /// The next page, ascending by seq, continuing where the last one ended. CPU-bound: call it
+    /// off the async runtime's threads for big pages.
+    pub fn feed(&mut self, rows: &[StoredReceipt]) {
+        let checks = check_rows(rows, &self.keys);
+        for (row, c) in rows.iter().zip(checks) {
+            self.step(row, c);
+        }
+    }
+
+    fn step(&mut self, row: &StoredReceipt, c: RowCheck) {
+        let r = &mut self.r;
+        let seq = row.receipt.seq;
+        if seq != self.next {
+            r.gap_at_seq.get_or_insert(self.next);
+            self.prev = None;
+        }
+        let linked = self.prev.as_deref().is_some_and(|p| p == row.receipt.prev_hash);
+        if c.hash_ok && linked {
+            r.chain_verified_count += 1;
+        } else if self.prev.is_some() || !c.hash_ok {
+            r.broken_at_seq.get_or_insert(seq);
+        }
+        if c.sig_ok {
+            r.signatures_verified_count += 1;
+        } else {
+            r.bad_signature_at_seq.get_or_insert(seq);
+        }
+        self.prev = Some(row.this_hash.clone());
+        self.next = seq + 1;
+        self.merkle.push(c.leaf);
+
+        r.receipts += 1;
+        match row.kind.as_str() {
+            "tool_call" => r.tool_receipts += 1,
+            _ => r.model_receipts += 1,
+        }
+        let checks = &row.receipt.checks;
+        if checks.iter().any(|k| k.name == "policy") {
+            r.policy_evaluated += 1;
+        }
+        if checks.iter().any(|k| is_enforcement(&k.result)) {
+            r.enforcement_actions += 1;
+        }
+        if matches!(row.receipt.upstream_status.as_str(), "error" | "timeout") {
+            r.upstream_failures += 1;
+        }
+        count_coverage(&mut r.coverage, checks);
+        if !row.pack_version.is_empty() && !self.pack_versions.contains(&row.pack_version) {
+            self.pack_versions.insert(row.pack_version.clone());
+        }
+        if !self.key_ids.contains(&row.key_id) {
+            self.key_ids.insert(row.key_id.clone());
+        }
+    }
+
+    pub fn finish(mut self) -> WalkResult {
+        // Receipts missing at the end of the period are a gap too.
+        if self.r.gap_at_seq.is_none() && self.next <= self.to_seq {
+            self.r.gap_at_seq = Some(self.next);
+        }
+        self.r.leaf_count = self.merkle.len();
+        self.r.root = self.merkle.finish();
+        self.r.pack_versions = self.pack_versions.into_iter().collect();
+        self.r.key_ids = self.key_ids.into_iter().collect();
+        self.r
+    }
+}
+
+/// A check counts for a receipt when it ran (UPSTREAM: was not skipped). It was applicable when
+/// it ran, or when the request reached its place in the pipeline, i.e. no earlier check on the
+/// request side blocked it. A check that is applicable but absent shows a coverage gap (e.g. no
+/// policy in force for that traffic).
+fn count_coverage(coverage: &mut [(&'static str, Coverage)], checks: &[canonical::Check]) {
+    let stage = |name: &str| CHECK_ORDER.iter().position(|n| *n == name);
+    let blocked_at = checks
+        .iter()
+        .take_while(|k| k.name != "UPSTREAM")
+        .filter(|k| is_enforcement(&k.result))
+        .find_map(|k| stage(&k.name))
+        .unwrap_or(usize::MAX);
+    for (i, (name, cov)) in coverage.iter_mut().enumerate() {
+        let ran = checks.iter().any(|k| k.name == *name && !(k.name == "UPSTREAM" && k.result == "SKIPPED"));
+        if ran {
+            cov.receipts += 1;
+        }
+        if ran || i <= blocked_at {
+            cov.applicable += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::receipts::canonical::{seal, Check, Receipt, GENESIS};
+    use crate::receipts::signer::Signer;
+
+    fn registry(s: &Signer) -> Vec<RegisteredKey> {
+        vec![RegisteredKey {
+            key_id: s.key_id.clone(),
+            algorithm: "ed25519".into(),
+            public_key: s.public_b64.clone(),
+            created_at: "2026-11-23 00:00:00.000".into(),
+            retired_at: None,
+        }]
+    }
+
+    fn checks(list: &[(&str, &str)]) -> Vec<Check> {
+        list.iter().map(|(n, r)| Check { name: n.to_string(), result: r.to_string() }).collect()
+    }
+
+    /// A signed chain of `n` receipts; every third one blocked by the rate limit.
+    fn chain(s: &Signer, n: u64) -> Vec<StoredReceipt> {
+        let mut prev = GENESIS.to_string();
+        (1..=n)
+            .map(|seq| {
+                let blocked = seq % 3 == 0;
+                let list = if blocked {
+                    checks(&[("ALLOWLIST", "PASS"), ("RATELIMIT", "BLOCK"), ("UPSTREAM", "SKIPPED")])
+                } else {
+                    checks(&[("ALLOWLIST", "PASS"), ("policy", "allow"), ("RATELIMIT", "PASS"), ("UPSTREAM", "PASS")])
+                };
+                let receipt = Receipt {
+                    v: 1,
+                    tenant_id: "t".into(),
+                    seq,
+                    receipt_id: format!("r{seq}"),
+                    request_id: format!("q{seq}"),
+                    actor: "k".into(),
+                    provider: "openai".into(),
+                    model: "gpt-4o-mini".into(),
+                    prompt_tokens: 3,
+                    completion_tokens: 4,
+                    cost_usd: 0.25,
+                    checks: list,
+                    upstream_status: if blocked { "skipped" } else { "ok" }.into(),
+                    ts: "2026-11-23 00:00:00.000".into(),
+                    prev_hash: prev.clone(),
+                };
+                let sealed = seal(receipt, s.signing_key());
+                prev = sealed.this_hash.clone();
+                StoredReceipt {
+                    receipt: sealed.receipt,
+                    this_hash: sealed.this_hash,
+                    signature: sealed.signature,
+                    key_id: s.key_id.clone(),
+                    kind: "model_call".into(),
+                    pack_version: if seq > 5 { "ps-b".into() } else { "ps-a".into() },
+                }
+            })
+            .collect()
+    }
+
+    fn walk(s: &Signer, rows: &[StoredReceipt], from: u64, to: u64, anchor: Option<String>) -> WalkResult {
+        let mut w = Walk::new(&registry(s), from, to, anchor);
+        for page in rows.chunks(7) {
+            w.feed(page);
+        }
+        w.finish()
+    }
+
+    #[test]
+    fn a_good_chain_verifies_and_counts() {
+        let s = Signer::from_seed(&[3; 32]);
+        let rows = chain(&s, 100);
+        let r = walk(&s, &rows, 1, 100, Some(GENESIS.into()));
+        assert!(r.chain_verified() && r.signatures_verified(), "{r:?}");
+        assert_eq!((r.receipts, r.enforcement_actions, r.policy_evaluated), (100, 33, 67));
+        let leaves: Vec<Hash> =
+            rows.iter().map(|x| merkle::leaf_hash(&merkle::from_hex(&x.this_hash).unwrap())).collect();
+        assert_eq!(r.root, merkle::root(&leaves));
+        assert_eq!(r.pack_versions, vec!["ps-a", "ps-b"]);
+        assert_eq!(r.key_ids, vec![s.key_id.clone()]);
+        let cov: HashMap<_, _> = r.coverage.iter().cloned().collect();
+        assert_eq!(cov["RATELIMIT"], Coverage { receipts: 100, applicable: 100 });
+        // Blocked at RATELIMIT: BUDGET and what follows were not applicable to those 33.
+        assert_eq!(cov["BUDGET"], Coverage { receipts: 0, applicable: 67 });
+        assert_eq!(cov["UPSTREAM"], Coverage { receipts: 67, applicable: 67 });
+        assert_eq!(cov["policy"], Coverage { receipts: 67, applicable: 100 });
+    }
+
+    #[test]
+    fn a_sub_period_links_from_its_anchor() {
+        let s = Signer::from_seed(&[3; 32]);
+        let rows = chain(&s, 20);
+        let r = walk(&s, &rows[9..], 10, 20, Some(rows[8].this_hash.clone()));
+        assert!(r.chain_verified(), "{r:?}");
+        let wrong = walk(&s, &rows[9..], 10, 20, Some(GENESIS.into()));
+        assert_eq!(wrong.broken_at_seq, Some(10));
+        assert!(!wrong.chain_verified());
+    }
+
+    #[test]
+    fn tampering_is_found_where_it_happened() {
+        let s = Signer::from_seed(&[3; 32]);
+        let mut rows = chain(&s, 30);
+        rows[11].receipt.cost_usd = 0.0; // seq 12
+        let r = walk(&s, &rows, 1, 30, Some(GENESIS.into()));
+        assert_eq!(r.broken_at_seq, Some(12));
+        assert_eq!(r.bad_signature_at_seq, Some(12));
+        assert!(!r.chain_verified() && !r.signatures_verified());
+
+        let mut rows = chain(&s, 30);
+        rows.remove(19); // seq 20
+        let r = walk(&s, &rows, 1, 30, Some(GENESIS.into()));
+        assert_eq!(r.gap_at_seq, Some(20));
+        assert!(!r.chain_verified());
+        assert!(r.signatures_verified_count == 29 && !r.signatures_verified());
+
+        let mut rows = chain(&s, 30);
+        rows.truncate(25);
+        assert_eq!(walk(&s, &rows, 1, 30, Some(GENESIS.into())).gap_at_seq, Some(26));
+
+        let mut rows = chain(&s, 30);
+        rows[4].signature = rows[5].signature.clone(); // seq 5: valid base64, wrong signature
+        let r = walk(&s, &rows, 1, 30, Some(GENESIS.into()));
+        assert!(r.chain_verified());
+        assert_eq!(r.bad_signature_at_seq, Some(5));
+    }
+
+    #[test]
+    fn an_unknown_key_fails_signatures() {
+        let s = Signer::from_seed(&[3; 32]);
+        let other = Signer::from_seed(&[4; 32]);
+        let rows = chain(&s, 3);
+        let mut w = Walk::new(&registry(&other), 1, 3, Some(GENESIS.into()));
+        w.feed(&rows);
+        let r = w.finish();
+        assert!(r.chain_verified() && !r.signatures_verified());
+        assert_eq!(r.bad_signature_at_seq, Some(1));
+    }
+
+    #[test]
+    fn an_empty_period() {
+        let s = Signer::from_seed(&[3; 32]);
+        let r = Walk::new(&registry(&s), 8, 7, None).finish();
+        assert!(r.chain_verified() && r.signatures_verified());
+        assert_eq!((r.receipts, r.leaf_count), (0, 0));
+        assert_eq!(r.root, merkle::empty_root());
+    }
+}

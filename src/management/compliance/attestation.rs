@@ -1,0 +1,152 @@
+//! `GET /v1/compliance/attestation`, `.../attestation/receipts/{id}/inclusion` and
+//! `GET /v1/compliance/evidence-bundle`: one period syntax, one walk, one signed tree head.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::super::receipts::number;
+use super::super::{BodyStream, Caller, Handled, Reply, Req};
+use crate::app::App;
+use crate::compliance::attestation::{self, MERKLE_ALGORITHM};
+use crate::compliance::bundle::BundleWriter;
+use crate::compliance::period::{self, PeriodSpec, DEFAULT_DAYS, MAX_DAYS};
+use crate::compliance::{inclusion, DISCLAIMER, SCOPE};
+use crate::error::ApiError;
+use crate::receipts::merkle;
+use crate::receipts::signer::{self, Signer};
+use crate::store;
+
+const SEQ_MAX: u64 = u64::MAX >> 11;
+
+fn instant(req: &Req, name: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(v) => chrono::DateTime::parse_from_rfc3339(v).map(|t| Some(t.with_timezone(&chrono::Utc))).map_err(|_| {
+            ApiError::invalid(format!("query `{name}` must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z"))
+        }),
+    }
+}
+
+/// `days=N`, or `from`/`to`, or `fromSeq`/`toSeq` (one style per call); none = the last 30 days.
+pub fn period_spec(req: &Req) -> Result<PeriodSpec, ApiError> {
+    let given = |n: &str| req.query(n).is_some_and(|v| !v.is_empty());
+    let styles = [given("days"), given("from") || given("to"), given("fromSeq") || given("toSeq")];
+    if styles.iter().filter(|s| **s).count() > 1 {
+        return Err(ApiError::invalid(
+            "give the period one way: `days`, or `from`/`to` (RFC 3339), or `fromSeq`/`toSeq`",
+        ));
+    }
+    if let Some(n) = number(req, "days", 1, u64::from(MAX_DAYS))? {
+        return Ok(PeriodSpec::Days(n as u32));
+    }
+    if styles[1] {
+        let (from, to) = (instant(req, "from")?, instant(req, "to")?);
+        if from.zip(to).is_some_and(|(f, t)| f > t) {
+            return Err(ApiError::invalid("query `from` must not be later than `to`"));
+        }
+        return Ok(PeriodSpec::Time { from, to });
+    }
+    if styles[2] {
+        let (from, to) = (number(req, "fromSeq", 1, SEQ_MAX)?, number(req, "toSeq", 1, SEQ_MAX)?);
+        if from.zip(to).is_some_and(|(f, t)| f > t) {
+            return Err(ApiError::invalid("query `fromSeq` must not be greater than `toSeq`"));
+        }
+        return Ok(PeriodSpec::Seq { from, to });
+    }
+    Ok(PeriodSpec::Days(DEFAULT_DAYS))
+}
+
+fn packs_in_force(_app: &App, _tenant: &str) -> Value {
+    json!([]) // WIRE: packs in force once the packs module lands
+}
+
+pub async fn attestation(app: &App, caller: &Caller, req: &Req) -> Handled {
+    let spec = period_spec(req)?;
+    let tenant = caller.tenant();
+    let period = period::resolve(&app.store, tenant, &spec).await?;
+    let registry = signer::registry(&app.store).await?;
+    let walked = attestation::walk_period(&app.store, tenant, &period, &registry).await?;
+    let doc = attestation::document(
+        tenant,
+        &period,
+        &walked,
+        packs_in_force(app, tenant),
+        &app.signer,
+        &attestation::now_rfc3339(),
+    );
+    Ok(Reply::Json(200, doc))
+}
+
+pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
+    let spec = period_spec(req)?;
+    let tenant = caller.tenant();
+    let r = store::receipts::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let period = period::resolve(&app.store, tenant, &spec).await?;
+    let seq = r.receipt.seq;
+    let not_in_period = || {
+        ApiError::new(
+            crate::error::ErrorKind::NotFound,
+            format!(
+                "receipt {id} (seq {seq}) is not in the period ({}: seq {} to {}); ask with `fromSeq`/`toSeq`, \
+                 `from`/`to` or `days` that include it",
+                period.label, period.from_seq, period.to_seq
+            ),
+        )
+    };
+    let proof = inclusion::prove(&app.store, tenant, &period, seq).await?.ok_or_else(not_in_period)?;
+    let root = merkle::to_hex(&proof.root);
+    let head = attestation::tree_head_bytes(tenant, period.from_seq, period.to_seq, proof.tree_size, &root);
+    Ok(Reply::Json(
+        200,
+        json!({
+            "receiptId": r.receipt.receipt_id,
+            "thisHash": r.this_hash,
+            "seq": seq,
+            "index": proof.index,
+            "treeSize": proof.tree_size,
+            "algorithm": MERKLE_ALGORITHM,
+            "proof": proof.proof.iter().map(merkle::to_hex).collect::<Vec<_>>(),
+            "root": root,
+            "verified": proof.verified,
+            "period": {"fromSeq": period.from_seq, "toSeq": period.to_seq, "label": period.label},
+            "signedTreeHead": {
+                "tenantId": tenant, "fromSeq": period.from_seq, "toSeq": period.to_seq,
+                "leafCount": proof.tree_size, "root": root,
+                "keyId": app.signer.key_id, "signature": sign_b64(&app.signer, &head),
+            },
+            "scope": SCOPE,
+            "disclaimer": DISCLAIMER,
+        }),
+    ))
+}
+
+fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
+    use base64::Engine;
+    use ed25519_dalek::Signer as _;
+    base64::engine::general_purpose::STANDARD.encode(signer.signing_key().sign(bytes).to_bytes())
+}
+
+pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {
+    let spec = period_spec(req)?;
+    let tenant = caller.tenant();
+    let period = period::resolve(&app.store, tenant, &spec).await?;
+    let registry = signer::registry(&app.store).await?;
+    let filename = format!("evidence-bundle-seq-{}-{}.json", period.from_seq, period.to_seq);
+    let packs = packs_in_force(app, tenant);
+    let writer = BundleWriter::start(&app.store, tenant, period, registry, packs, app.signer.clone()).await?;
+    let headers = vec![
+        ("content-type", "application/json".to_string()),
+        ("content-disposition", format!("attachment; filename=\"{filename}\"")),
+    ];
+    Ok(Reply::Stream { headers, body: Box::new(BundleBody(writer)) })
+}
+
+struct BundleBody(BundleWriter);
+
+#[async_trait]
+impl BodyStream for BundleBody {
+    async fn next(&mut self) -> Result<Option<Bytes>, ApiError> {
+        Ok(self.0.next_chunk().await?.map(Bytes::from))
+    }
+}
