@@ -39,7 +39,14 @@ enum Command {
         command: KeyCommand,
     },
     /// Validate the configuration and exit (errors name file, line and field).
-    CheckConfig(ConfigArg),
+    CheckConfig {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// A compliance pack YAML to validate as a tenant pack (repeatable), before a
+        /// `PUT /v1/compliance/packs/{framework}`.
+        #[arg(long = "pack")]
+        packs: Vec<PathBuf>,
+    },
     /// Verify an evidence bundle offline: signatures, hashes, chain, Merkle root, signed tree
     /// head. Exit status 0 only if every check holds.
     Verify {
@@ -242,7 +249,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Verify { bundle, keys } => verify_bundle(&bundle, &keys),
-        Command::CheckConfig(arg) => match load(&arg) {
+        Command::CheckConfig { config: arg, packs } => match load(&arg) {
             Ok(cfg) => {
                 if let Err(e) = crate::pricing::Pricing::from_config(&cfg) {
                     return fail(e);
@@ -252,17 +259,36 @@ pub fn run(cli: Cli) -> ExitCode {
                     Ok(n) => n,
                     Err(e) => return fail(format!("invalid policy file(s):\n{e}")),
                 };
+                let baseline = match check_packs(&packs) {
+                    Ok(n) => n,
+                    Err(e) => return fail(format!("invalid compliance pack:\n{e}")),
+                };
                 let origin = arg.config.as_ref().map(|p| p.display().to_string());
                 println!(
-                    "tollgate: config OK ({}); {policies} policy file(s) OK in {}",
+                    "tollgate: config OK ({}); {policies} policy file(s) OK in {}; {baseline} baseline and {} given \
+                     compliance pack(s) OK",
                     origin.as_deref().unwrap_or("embedded defaults"),
-                    dir.display()
+                    dir.display(),
+                    packs.len()
                 );
                 ExitCode::SUCCESS
             }
             Err(code) => code,
         },
     }
+}
+
+/// Parses the embedded baseline packs and each pack file; returns the number of baseline packs.
+fn check_packs(files: &[PathBuf]) -> Result<usize, String> {
+    use crate::compliance::pack::{Pack, Source, BASELINE_FILES};
+    for (origin, raw) in BASELINE_FILES {
+        Pack::parse(raw, &format!("<embedded {origin}>"), Source::Baseline)?;
+    }
+    for f in files {
+        let raw = std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        Pack::parse(&raw, &f.display().to_string(), Source::Tenant)?;
+    }
+    Ok(BASELINE_FILES.len())
 }
 
 fn verify_bundle(path: &std::path::Path, keys: &[String]) -> ExitCode {

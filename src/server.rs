@@ -64,6 +64,9 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let ledger = Arc::new(rt.block_on(Ledger::load(&store))?);
     let signer = Arc::new(Signer::load_or_create(&cfg.signing_key_path())?);
     rt.block_on(crate::receipts::signer::register(&store, &signer))?;
+    // The baseline set of this binary stays resolvable for receipts stamped with it.
+    let baseline = crate::compliance::pack::baseline_set();
+    rt.block_on(crate::compliance::pack_sets::record(&store, crate::store::packs::BASELINE_TENANT, baseline))?;
     let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone());
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let app = Arc::new(App {

@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use crate::budget::BudgetBook;
+use crate::compliance::pack::{self, Pack, PackSet, Source};
 use crate::config::{Config, ProviderName};
 use crate::policy::files::PolicyFiles;
 use crate::policy::{validate, CompiledPolicy, TenantPolicy};
@@ -74,6 +75,8 @@ pub struct Snapshot {
     pub budgets: Arc<BudgetBook>,
     /// Team names by team id, for policies that match on a key's team.
     pub teams: HashMap<String, String>,
+    /// Pack sets of tenants with packs of their own; the others have the baseline set.
+    packs: HashMap<String, Arc<PackSet>>,
 }
 
 /// SHA-256 of a presented key: how keys are stored and looked up.
@@ -111,6 +114,11 @@ impl Snapshot {
         self.policies.get(tenant_id).unwrap_or(&self.no_policy).clone()
     }
 
+    /// The compliance packs the tenant has in force.
+    pub fn packs(&self, tenant_id: &str) -> &Arc<PackSet> {
+        self.packs.get(tenant_id).unwrap_or_else(|| pack::baseline_set())
+    }
+
     pub fn tenant_name(&self, tenant_id: &str) -> Option<&str> {
         self.tenant_names.get(tenant_id).map(String::as_str)
     }
@@ -138,6 +146,7 @@ impl Snapshot {
             pricing,
             budgets: Arc::new(BudgetBook::default()),
             teams: HashMap::new(),
+            packs: HashMap::new(),
         }
     }
 }
@@ -176,6 +185,7 @@ impl SnapshotHandle {
         let cred_rows = store::providers::all(&self.store).await?;
         let policy_rows = store::policies::all_enabled(&self.store).await?;
         let tenants = store::tenants::all(&self.store).await?;
+        let pack_rows = store::packs::all_current(&self.store).await?;
         let team_rows = store::teams::all(&self.store).await?;
         let budget_rows = store::budgets::all(&self.store).await?;
         let budgets = Arc::new(BudgetBook::build(&budget_rows, &key_rows, &team_rows));
@@ -225,6 +235,7 @@ impl SnapshotHandle {
         let files = self.files.current().compiled();
         let policies = crate::policy::compiled::build_all(&tenants, &by_tenant, &files);
         let tenant_names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
+        let packs = tenant_pack_sets(&old, pack_rows);
 
         let next = Snapshot {
             keys,
@@ -237,8 +248,31 @@ impl SnapshotHandle {
             pricing: old.pricing.clone(),
             budgets,
             teams,
+            packs,
         };
         self.current.store(Arc::new(next));
         Ok(())
     }
+}
+
+/// Each tenant's pack set from its packs in force; packs unchanged since `old` are reused.
+fn tenant_pack_sets(old: &Snapshot, rows: Vec<store::packs::PackRow>) -> HashMap<String, Arc<PackSet>> {
+    let mut by_tenant: HashMap<String, Vec<Arc<Pack>>> = HashMap::new();
+    for row in rows {
+        let reused =
+            old.packs.get(&row.tenant_id).and_then(|s| s.get(&row.framework)).filter(|p| p.hash == row.pack_hash);
+        let parsed = match reused {
+            Some(p) => p.clone(),
+            None => match Pack::parse(&row.yaml, &format!("pack {}", row.framework), Source::Tenant) {
+                Ok(p) => Arc::new(p),
+                Err(e) => {
+                    // Only possible for rows written around the API (validation on write).
+                    log::error!("compliance pack {} of tenant {} is not in force: {e}", row.framework, row.tenant_id);
+                    continue;
+                }
+            },
+        };
+        by_tenant.entry(row.tenant_id).or_default().push(parsed);
+    }
+    by_tenant.into_iter().map(|(t, packs)| (t, Arc::new(PackSet::with_tenant_packs(packs)))).collect()
 }

@@ -7,6 +7,8 @@
 pub mod attestation;
 pub mod bundle;
 pub mod inclusion;
+pub mod pack;
+pub mod pack_sets;
 pub mod period;
 pub mod verify;
 pub mod walk;

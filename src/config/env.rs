@@ -30,6 +30,13 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
         cfg.policies.dir = v.into();
     }
     number(var, "TOLLGATE_POLICY_WATCH_MS", &mut cfg.policies.watch_ms)?;
+    if let Some(v) = var("TOLLGATE_STAMP_PACK_VERSION") {
+        cfg.compliance.stamp_pack_version = match v.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => return Err(invalid("TOLLGATE_STAMP_PACK_VERSION", "must be true, false, 1 or 0")),
+        };
+    }
     Ok(())
 }
 

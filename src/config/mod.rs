@@ -30,6 +30,20 @@ pub struct Config {
     pub routes: Vec<RouteRule>,
     pub pricing: BTreeMap<String, Price>,
     pub policies: PoliciesSection,
+    pub compliance: ComplianceSection,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ComplianceSection {
+    /// Stamp each receipt with the tenant's compliance pack-set version (`receiptPackVersion`).
+    pub stamp_pack_version: bool,
+}
+
+impl Default for ComplianceSection {
+    fn default() -> Self {
+        ComplianceSection { stamp_pack_version: true }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -209,6 +223,7 @@ impl Default for Config {
             limits: LimitsSection::default(),
             upstream: UpstreamSection::default(),
             providers: ProvidersSection::default(),
+            compliance: ComplianceSection::default(),
             routes: vec![
                 route("gpt-*", OpenAi),
                 route("chatgpt-*", OpenAi),

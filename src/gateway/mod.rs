@@ -127,7 +127,11 @@ impl Ctx {
             upstream_status: status.into(),
             ts: receipts::receipt_ts(chrono::Utc::now()),
             kind: self.exchange.as_ref().map(|e| e.kind).unwrap_or(Kind::ModelCall),
-            pack_version: String::new(),
+            pack_version: if self.snap.config.compliance.stamp_pack_version {
+                self.snap.packs(key.tenant_id()).version.clone()
+            } else {
+                String::new()
+            },
             cache: CacheSide { result: cache_result.unwrap_or(""), saved_tokens: saved.tokens, saved_usd: saved.usd },
             events: self.cx.events.clone(),
             key_id: key.record.id.clone(),

@@ -374,6 +374,27 @@ impl ManagementApp {
                 Method::GET => compliance::signing_keys(app, caller).await,
                 _ => Err(method_not_allowed()),
             },
+            ["compliance", "packs"] => match *m {
+                Method::GET => compliance::packs::list(app, caller).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "packs", framework] => match *m {
+                Method::PUT => compliance::packs::put(app, caller, framework, req).await,
+                Method::DELETE => compliance::packs::delete(app, caller, framework).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "coverage", framework] => match *m {
+                Method::GET => compliance::coverage::coverage(app, caller, framework).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "coverage", framework, "controls", control, "receipts"] => match *m {
+                Method::GET => compliance::coverage::control_receipts(app, caller, framework, control, req).await,
+                _ => Err(method_not_allowed()),
+            },
+            ["compliance", "receipts", id, "controls"] => match *m {
+                Method::GET => compliance::controls::receipt_controls(app, caller, id, req).await,
+                _ => Err(method_not_allowed()),
+            },
             _ => Err(ApiError::not_found(&format!("route /{}", req.segments.join("/")))),
         }
     }

@@ -59,7 +59,7 @@ fn filter(req: &Req) -> Result<Filter, ApiError> {
     })
 }
 
-fn list_entry(r: &StoredReceipt) -> Value {
+pub(super) fn list_entry(r: &StoredReceipt) -> Value {
     let c = &r.receipt;
     json!({
         "seq": c.seq, "receiptId": c.receipt_id, "requestId": c.request_id, "actor": c.actor,

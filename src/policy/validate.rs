@@ -62,7 +62,7 @@ fn check_rules(doc: &PolicyDoc, text: &str, origin: &str) -> Result<(), String> 
 }
 
 /// Line and column (1-based) of the `nth` match of `pattern` (its first group when it has one).
-fn find(text: &str, pattern: &str, nth: usize) -> Option<(usize, usize)> {
+pub(crate) fn find(text: &str, pattern: &str, nth: usize) -> Option<(usize, usize)> {
     let re = regex::Regex::new(pattern).ok()?;
     let caps = re.captures_iter(text).nth(nth)?;
     let start = caps.get(1).or_else(|| caps.get(0))?.start();
@@ -72,7 +72,7 @@ fn find(text: &str, pattern: &str, nth: usize) -> Option<(usize, usize)> {
     Some((line, col))
 }
 
-fn located(origin: &str, at: Option<(usize, usize)>, field: &str, reason: &str) -> String {
+pub(crate) fn located(origin: &str, at: Option<(usize, usize)>, field: &str, reason: &str) -> String {
     match at {
         Some((line, col)) => format!("{origin}:{line}:{col}: field `{field}`: {reason}"),
         None => format!("{origin}: field `{field}`: {reason}"),

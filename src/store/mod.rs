@@ -12,6 +12,7 @@ pub mod budget_requests;
 pub mod budgets;
 pub mod keys;
 pub mod members;
+pub mod packs;
 pub mod period;
 pub mod policies;
 pub mod providers;

@@ -198,6 +198,36 @@ pub async fn page(
         .await
 }
 
+/// A page of the tenant's receipts (seq descending, below `before`) holding a check named any
+/// of `names`: the receipts that prove a compliance control.
+pub async fn page_with_any_check(
+    store: &Store,
+    tenant_id: &str,
+    names: &[String],
+    before: Option<u64>,
+    limit: i64,
+) -> Result<Vec<StoredReceipt>, StoreError> {
+    let t = tenant_id.to_string();
+    let likes: Vec<Option<String>> = names.iter().map(|n| like_check(&Some(n.clone()))).collect();
+    store
+        .run(move |pool, _| async move {
+            let any = (0..likes.len()).map(|i| format!("check_names LIKE ${}", i + 2)).collect::<Vec<_>>().join(" OR ");
+            let any = if any.is_empty() { "1 = 0".to_string() } else { any };
+            let bound = before.map(|b| format!("AND seq < {b}")).unwrap_or_default();
+            let sql = format!(
+                "SELECT {COLUMNS} FROM receipts WHERE tenant_id = $1 AND ({any}) {bound} ORDER BY seq DESC LIMIT ${}",
+                likes.len() + 2
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t);
+            for l in likes {
+                q = q.bind(l);
+            }
+            let rows = q.bind(limit).fetch_all(&pool).await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+        })
+        .await
+}
+
 pub async fn by_id(store: &Store, tenant_id: &str, receipt_id: &str) -> Result<Option<StoredReceipt>, StoreError> {
     let (t, id) = (tenant_id.to_string(), receipt_id.to_string());
     store

@@ -57,8 +57,8 @@ pub fn period_spec(req: &Req) -> Result<PeriodSpec, ApiError> {
     Ok(PeriodSpec::Days(DEFAULT_DAYS))
 }
 
-fn packs_in_force(_app: &App, _tenant: &str) -> Value {
-    json!([]) // WIRE: packs in force once the packs module lands
+fn packs_in_force(app: &App, tenant: &str) -> Value {
+    Value::from(app.snapshot.load().packs(tenant).in_force())
 }
 
 pub async fn attestation(app: &App, caller: &Caller, req: &Req) -> Handled {

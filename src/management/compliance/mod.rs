@@ -2,6 +2,9 @@
 //! coverage maps and receipt controls.
 
 mod attestation;
+pub mod controls;
+pub mod coverage;
+pub mod packs;
 
 use serde_json::json;
 

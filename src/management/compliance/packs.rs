@@ -1,0 +1,110 @@
+//! `/v1/compliance/packs`: the packs a tenant has in force (baseline and its own), and tenant
+//! packs put and removed as raw YAML.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::super::{Caller, Handled, Reply, Req};
+use crate::app::App;
+use crate::compliance::pack::{self, Pack, PackSet, Source};
+use crate::compliance::{pack_sets, DISCLAIMER, SCOPE};
+use crate::error::{ApiError, ErrorKind};
+use crate::store;
+
+pub async fn list(app: &App, caller: &Caller) -> Handled {
+    let snap = app.snapshot.load();
+    let set = snap.packs(caller.tenant());
+    Ok(Reply::Json(
+        200,
+        json!({
+            "data": set.in_force(),
+            "nextCursor": null,
+            "packSetVersion": set.version,
+            "scope": SCOPE,
+            "disclaimer": DISCLAIMER,
+        }),
+    ))
+}
+
+fn check_framework(framework: &str) -> Result<(), ApiError> {
+    if pack::valid_framework(framework) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "framework `{framework}` must be 1-64 characters of a-z, 0-9, `-` and `.` (e.g. `eu-ai-act`)"
+        )))
+    }
+}
+
+/// The tenant's own packs in force, without `framework`.
+fn own_packs_except(set: &PackSet, framework: &str) -> Vec<Arc<Pack>> {
+    set.packs.iter().filter(|p| p.source == Source::Tenant && p.framework != framework).cloned().collect()
+}
+
+pub async fn put(app: &App, caller: &Caller, framework: &str, req: &Req) -> Handled {
+    caller.require_manager()?;
+    check_framework(framework)?;
+    let tenant = caller.tenant();
+    let raw = std::str::from_utf8(&req.body).map_err(|_| ApiError::invalid("the body must be pack YAML in UTF-8"))?;
+    let parsed = Pack::parse(raw, "pack", Source::Tenant).map_err(ApiError::invalid)?;
+    if parsed.framework != framework {
+        return Err(ApiError::invalid(format!(
+            "field `framework` is `{}` but the path names `{framework}`; they must be equal",
+            parsed.framework
+        )));
+    }
+    let parsed = Arc::new(parsed);
+    // The new set is recorded before any receipt can be stamped with its version.
+    let mut own = own_packs_except(app.snapshot.load().packs(tenant), framework);
+    own.push(parsed.clone());
+    pack_sets::record(&app.store, tenant, &PackSet::with_tenant_packs(own)).await?;
+    let created = store::packs::put(&app.store, tenant, framework, &parsed.hash, raw).await?;
+    let version = reload(app, tenant).await?;
+    let mut doc = super::coverage::map(&parsed);
+    doc["packSetVersion"] = json!(version);
+    Ok(Reply::Json(if created { 201 } else { 200 }, doc))
+}
+
+pub async fn delete(app: &App, caller: &Caller, framework: &str) -> Handled {
+    caller.require_manager()?;
+    let tenant = caller.tenant();
+    let snap = app.snapshot.load();
+    let set = snap.packs(tenant);
+    match set.get(framework).map(|p| p.source) {
+        None => return Err(ApiError::not_found("compliance pack")),
+        Some(Source::Baseline) => return Err(ApiError::new(
+            ErrorKind::Conflict,
+            format!(
+                "`{framework}` is a baseline pack; only tenant packs can be deleted (PUT a tenant pack to replace it)"
+            ),
+        )),
+        Some(Source::Tenant) => {}
+    }
+    pack_sets::record(&app.store, tenant, &PackSet::with_tenant_packs(own_packs_except(set, framework))).await?;
+    if !store::packs::delete(&app.store, tenant, framework).await? {
+        return Err(ApiError::not_found("compliance pack"));
+    }
+    reload(app, tenant).await?;
+    Ok(Reply::NoContent)
+}
+
+/// Swaps the new packs in and records the set now in force (idempotent; covers a concurrent
+/// change the set recorded before the write did not include). Returns its version.
+async fn reload(app: &App, tenant: &str) -> Result<String, ApiError> {
+    app.snapshot.rebuild().await?;
+    let snap = app.snapshot.load();
+    let set = snap.packs(tenant);
+    pack_sets::record(&app.store, tenant, set).await?;
+    Ok(set.version.clone())
+}
+
+/// A pack for the coverage endpoints: the tenant's set in force, or 404 naming the framework.
+pub fn in_force(app: &App, tenant: &str, framework: &str) -> Result<Arc<Pack>, ApiError> {
+    app.snapshot.load().packs(tenant).get(framework).cloned().ok_or_else(|| {
+        ApiError::new(
+            ErrorKind::NotFound,
+            format!("no compliance pack for framework `{framework}`; GET /v1/compliance/packs lists those in force"),
+        )
+    })
+}
