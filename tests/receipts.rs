@@ -62,7 +62,10 @@ fn every_request_with_a_valid_key_leaves_exactly_one_receipt() {
         assert!((r["costUsd"].as_f64().unwrap() - 5.85e-6).abs() < 1e-15);
         assert_eq!(r["checks"], json!([{"name": "UPSTREAM", "result": "PASS"}]));
         assert_eq!(r["upstreamStatus"], "ok");
-        assert_eq!((r["kind"].as_str(), r["receiptPackVersion"].as_str()), (Some("model_call"), Some("")));
+        assert_eq!(r["kind"], "model_call");
+        // Stamped with the baseline pack set (stamping is on by default).
+        let packs = g.mgmt("GET", "/v1/compliance/packs", Some(&g.key), None).json();
+        assert_eq!(r["receiptPackVersion"], packs["packSetVersion"]);
         assert_eq!(r["verified"], true);
         assert_eq!(r["thisHash"].as_str().unwrap().len(), 64);
         assert!(regex_like_ts(r["ts"].as_str().unwrap()), "{}", r["ts"]);

@@ -73,12 +73,11 @@ pub async fn delete(app: &App, caller: &Caller, framework: &str) -> Handled {
     let set = snap.packs(tenant);
     match set.get(framework).map(|p| p.source) {
         None => return Err(ApiError::not_found("compliance pack")),
-        Some(Source::Baseline) => return Err(ApiError::new(
-            ErrorKind::Conflict,
-            format!(
-                "`{framework}` is a baseline pack; only tenant packs can be deleted (PUT a tenant pack to replace it)"
-            ),
-        )),
+        Some(Source::Baseline) => {
+            let msg =
+                format!("`{framework}` is a baseline pack: only tenant packs can be deleted (PUT one to replace it)");
+            return Err(ApiError::new(ErrorKind::Conflict, msg));
+        }
         Some(Source::Tenant) => {}
     }
     pack_sets::record(&app.store, tenant, &PackSet::with_tenant_packs(own_packs_except(set, framework))).await?;
