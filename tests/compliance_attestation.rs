@@ -264,3 +264,96 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
         assert!(!ok && out.contains("not a well-formed"), "{out}");
     }
 }
+
+const ED25519: &str = "tollgate_attestation_signatures_verified_total";
+const MEMO_BLOCKS: &str = "tollgate_attestation_memo_blocks_total";
+const MEMO_WRITTEN: &str = "tollgate_attestation_memo_spans_written_total";
+
+/// The verified-span memo, with blocks of 4 receipts (`TOLLGATE_VERIFIED_SPAN_BLOCK`): the first
+/// attestation records memo rows after it answers, later walks (attestation and bundle) use them
+/// instead of Ed25519, and tampering inside a memoised block is still found where it happened.
+#[test]
+fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
+    for b in backends() {
+        let (g, _up) = support::with_standin(&b, &[("TOLLGATE_VERIFIED_SPAN_BLOCK", "4")]);
+        for _ in 0..14 {
+            chat(&g, &g.key, "gpt-4o-mini");
+        }
+        assert_eq!(g.wait_receipts(&g.key, 14), 14);
+        let t = g.tenant_id.clone();
+        let all = "/v1/compliance/attestation?fromSeq=1&toSeq=14";
+
+        let cold = get(&g, &g.key, all);
+        assert_eq!(
+            (cold["totals"]["chainVerified"].as_bool(), cold["totals"]["signaturesVerified"].as_bool()),
+            (Some(true), Some(true))
+        );
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (14.0, 0.0));
+        assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 3.0), 3.0, "blocks 1-4, 5-8, 9-12; 13-14 is not whole");
+        let touch =
+            |tenant: &str| g.sql(&format!("UPDATE verified_spans SET key_ids = key_ids WHERE tenant_id = '{tenant}'"));
+        assert_eq!(touch(&t), 3, "memo rows are the tenant's");
+
+        let warm = get(&g, &g.key, all);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (16.0, 3.0), "only 13 and 14 re-verified");
+        for field in ["totals", "verification", "merkle", "checkCoverage", "anchor"] {
+            assert_eq!(warm[field], cold[field], "{field}");
+        }
+        let r = g.mgmt("GET", "/v1/compliance/evidence-bundle?fromSeq=1&toSeq=14", Some(&g.key), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["attestation"]["totals"], cold["totals"]);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (18.0, 6.0), "the bundle's walk uses it too");
+
+        // A row written without the master key vouches for nothing: that block is re-verified.
+        assert_eq!(
+            g.sql(&format!(
+                "UPDATE verified_spans SET digest = '{}' WHERE tenant_id = '{t}' AND block_start = 1",
+                "ab".repeat(32)
+            )),
+            1
+        );
+        let forged = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=8");
+        assert_eq!(forged["totals"]["signaturesVerified"], true);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (22.0, 7.0));
+        assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 4.0), 4.0, "and its row rewritten");
+
+        // A signature swapped inside a memoised block.
+        let swapped = g.sql(&format!(
+            "UPDATE receipts SET signature = (SELECT r.signature FROM receipts r WHERE r.tenant_id = '{t}' AND \
+             r.seq = 7) WHERE tenant_id = '{t}' AND seq = 6"
+        ));
+        assert_eq!(swapped, 1);
+        let bad = get(&g, &g.key, all);
+        assert_eq!(
+            (bad["totals"]["chainVerified"].as_bool(), bad["totals"]["signaturesVerified"].as_bool()),
+            (Some(true), Some(false))
+        );
+        assert_eq!(bad["verification"]["badSignatureAtSeq"], 6);
+        assert_eq!(bad["totals"]["signaturesVerifiedCount"], 13);
+        assert_eq!(g.metric(MEMO_BLOCKS, &[]), 9.0, "blocks 1-4 and 9-12 vouched for, 5-8 re-verified");
+
+        // A key id changed inside a memoised block.
+        assert_eq!(
+            g.sql(&format!("UPDATE receipts SET key_id = '0000000000000000' WHERE tenant_id = '{t}' AND seq = 10")),
+            1
+        );
+        let bad = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=9&toSeq=12");
+        assert_eq!(bad["totals"]["signaturesVerified"], false);
+        assert_eq!(bad["verification"]["badSignatureAtSeq"], 10);
+
+        // A signed member changed inside a memoised block.
+        assert_eq!(
+            g.sql(&format!("UPDATE receipts SET completion_tokens = 999 WHERE tenant_id = '{t}' AND seq = 3")),
+            1
+        );
+        let bad = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=4");
+        assert_eq!(
+            (bad["totals"]["chainVerified"].as_bool(), bad["totals"]["signaturesVerified"].as_bool()),
+            (Some(false), Some(false))
+        );
+        assert_eq!(
+            (bad["verification"]["brokenAtSeq"].as_u64(), bad["verification"]["badSignatureAtSeq"].as_u64()),
+            (Some(3), Some(3))
+        );
+    }
+}

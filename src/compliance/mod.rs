@@ -7,6 +7,7 @@
 pub mod attestation;
 pub mod bundle;
 pub mod inclusion;
+pub mod memo;
 pub mod period;
 pub mod verify;
 pub mod walk;

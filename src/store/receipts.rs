@@ -235,6 +235,125 @@ pub async fn seq_range(
         .await
 }
 
+/// The columns of a packed page, in order; `cost_usd` travels as text that converts back to the
+/// same `f64` (SQLite's `quote()` falls back to 20 digits when 15 do not round-trip; PostgreSQL
+/// prints the shortest exact form), so every recomputed hash sees the stored value.
+const PACKED_SQLITE: &str = "seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
+     completion_tokens, quote(cost_usd), checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
+     receipt_pack_version";
+const PACKED_POSTGRES: &str = "seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
+     completion_tokens, cost_usd::text, checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
+     receipt_pack_version";
+
+/// The rows of [`seq_range`] as one JSON array of arrays built by the database: one value back
+/// instead of one row per receipt. Per-row driver work (a channel hop, the Any conversion and a
+/// copy per column) was most of a chain walk's time. Decode with [`unpack`], off the runtime.
+pub async fn seq_range_packed(
+    store: &Store,
+    tenant_id: &str,
+    from: u64,
+    to: u64,
+    limit: i64,
+) -> Result<String, StoreError> {
+    let t = tenant_id.to_string();
+    store
+        .run(move |pool, backend| async move {
+            let page = "FROM (SELECT * FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
+                        LIMIT $4) AS r";
+            let sql = match backend {
+                Backend::Sqlite => {
+                    format!("SELECT json_group_array(json_array({PACKED_SQLITE}) ORDER BY seq) AS page {page}")
+                }
+                Backend::Postgres => {
+                    format!("SELECT json_agg(json_build_array({PACKED_POSTGRES}) ORDER BY seq)::text AS page {page}")
+                }
+            };
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(from as i64)
+                .bind(to as i64)
+                .bind(limit)
+                .fetch_one(&pool)
+                .await?;
+            Ok(row.try_get::<Option<String>, _>("page")?.unwrap_or_else(|| "[]".to_string()))
+        })
+        .await
+}
+
+/// One receipt of a packed page, in the column order of `PACKED_*`.
+#[derive(serde::Deserialize)]
+struct Packed(
+    u64,
+    String,
+    u64,
+    String,
+    String,
+    String,
+    String,
+    u64,
+    u64,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+);
+
+/// Decodes a page from [`seq_range_packed`] (CPU-bound: call it on a blocking thread).
+pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreError> {
+    let bad = |what: &str, e: &dyn std::fmt::Display| StoreError::Other(format!("receipt page: {what}: {e}"));
+    let packed: Vec<Packed> = serde_json::from_str(page).map_err(|e| bad("not JSON rows", &e))?;
+    // A page holds few distinct check lists: parse each once.
+    let mut lists: std::collections::HashMap<String, Vec<Check>> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(packed.len());
+    for p in packed {
+        let checks = match lists.get(&p.10) {
+            Some(c) => c.clone(),
+            None => {
+                let c: Vec<Check> = serde_json::from_str(&p.10).map_err(|e| bad("checks column", &e))?;
+                if lists.len() < 256 {
+                    lists.insert(p.10, c.clone());
+                }
+                c
+            }
+        };
+        let cost_usd: f64 = p.9.trim().parse().map_err(|e| bad("cost_usd column", &e))?;
+        out.push(StoredReceipt {
+            receipt: Receipt {
+                v: p.2 as u32,
+                tenant_id: tenant_id.to_string(),
+                seq: p.0,
+                receipt_id: p.1,
+                request_id: p.3,
+                actor: p.4,
+                provider: p.5,
+                model: p.6,
+                prompt_tokens: p.7,
+                completion_tokens: p.8,
+                cost_usd,
+                checks,
+                upstream_status: p.11,
+                ts: p.12,
+                prev_hash: p.13,
+            },
+            this_hash: p.14,
+            signature: p.15,
+            key_id: p.16,
+            kind: p.17,
+            pack_version: p.18,
+        });
+    }
+    if !out.is_sorted_by_key(|r| r.receipt.seq) {
+        out.sort_by_key(|r| r.receipt.seq);
+    }
+    Ok(out)
+}
+
 /// The stored `this_hash` of one seq (the link into a range), if that receipt exists.
 pub async fn hash_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
     let t = tenant_id.to_string();
