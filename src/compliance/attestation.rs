@@ -2,6 +2,7 @@
 //! the RFC 6962 root over their chain hashes, and a signed tree head that fixes `treeSize` and
 //! `root` for auditors checking inclusion proofs.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -31,14 +32,20 @@ fn page_len(block: u64) -> u64 {
     block * (PAGE_ROWS / block).max(2)
 }
 
-/// Reads a period's receipts page by page, fetching the next page while the caller works on
-/// the current one. Pages after the first start on a memo block boundary.
+/// Pages read and decoded ahead of the walk.
+const IN_FLIGHT: usize = 2;
+
+/// Reads a period's receipts page by page, reading and decoding the next pages while the caller
+/// works on the current one. A page is a fixed seq range (the first one up to a memo block
+/// boundary, then [`page_len`] seqs), so several can be read at once; periods never extend past
+/// the chain head, so the pages of a period are as many as its length needs.
 pub struct PeriodReader {
     store: Store,
     tenant: String,
     to_seq: u64,
     block: u64,
-    pending: Option<(i64, tokio::task::JoinHandle<Result<Vec<StoredReceipt>, StoreError>>)>,
+    next_from: u64,
+    pending: VecDeque<tokio::task::JoinHandle<Result<Vec<StoredReceipt>, StoreError>>>,
 }
 
 impl PeriodReader {
@@ -48,39 +55,39 @@ impl PeriodReader {
             tenant: tenant.to_string(),
             to_seq: period.to_seq,
             block: memo::block_len(),
-            pending: None,
+            next_from: period.from_seq.max(1),
+            pending: VecDeque::new(),
         };
-        if period.leaf_count() > 0 {
-            r.fetch(period.from_seq);
-        }
+        r.fill();
         r
     }
 
-    fn fetch(&mut self, from: u64) {
-        let (store, tenant, to) = (self.store.clone(), self.tenant.clone(), self.to_seq);
-        let limit = (page_len(self.block) - from.saturating_sub(1) % self.block) as i64;
-        self.pending = Some((
-            limit,
-            tokio::spawn(async move {
-                let page = store::receipts::seq_range_packed(&store, &tenant, from, to, limit).await?;
+    fn fill(&mut self) {
+        while self.pending.len() < IN_FLIGHT && self.next_from <= self.to_seq {
+            let from = self.next_from;
+            let len = page_len(self.block) - (from - 1) % self.block;
+            let to = (from + len - 1).min(self.to_seq);
+            self.next_from = to + 1;
+            let (store, tenant) = (self.store.clone(), self.tenant.clone());
+            self.pending.push_back(tokio::spawn(async move {
+                let page = store::receipts::seq_range_packed(&store, &tenant, from, to, len as i64).await?;
                 tokio::task::spawn_blocking(move || store::receipts::unpack(&tenant, &page))
                     .await
                     .map_err(|e| StoreError::Other(format!("period read failed: {e}")))?
-            }),
-        ));
+            }));
+        }
     }
 
-    /// The next page (ascending seq); `None` at the end of the period.
+    /// The next page (ascending seq, never empty); `None` at the end of the period.
     pub async fn next(&mut self) -> Result<Option<Vec<StoredReceipt>>, StoreError> {
-        let Some((limit, pending)) = self.pending.take() else { return Ok(None) };
-        let rows = pending.await.map_err(|e| StoreError::Other(format!("period read failed: {e}")))??;
-        match rows.last() {
-            Some(last) if rows.len() as i64 == limit && last.receipt.seq < self.to_seq => {
-                self.fetch(last.receipt.seq + 1)
+        while let Some(pending) = self.pending.pop_front() {
+            let rows = pending.await.map_err(|e| StoreError::Other(format!("period read failed: {e}")))??;
+            self.fill();
+            if !rows.is_empty() {
+                return Ok(Some(rows));
             }
-            _ => {}
         }
-        Ok((!rows.is_empty()).then_some(rows))
+        Ok(None)
     }
 }
 
@@ -137,6 +144,18 @@ pub async fn feed(walk: Walk, rows: Vec<StoredReceipt>) -> Result<(Walk, Vec<Sto
     .map_err(|e| StoreError::Other(format!("period walk failed: {e}")))
 }
 
+/// [`feed`] without handing the page back: it is freed on the blocking thread too.
+async fn feed_and_drop(walk: Walk, rows: Vec<StoredReceipt>) -> Result<Walk, StoreError> {
+    tokio::task::spawn_blocking(move || {
+        let mut walk = walk;
+        walk.feed(&rows);
+        drop(rows);
+        walk
+    })
+    .await
+    .map_err(|e| StoreError::Other(format!("period walk failed: {e}")))
+}
+
 /// Walks the whole period, with the verified-span memo when given its key. The returned
 /// result's `new_spans` are being recorded in the background already ([`after_walk`]).
 pub async fn walk_period(
@@ -153,7 +172,7 @@ pub async fn walk_period(
     }
     let mut reader = PeriodReader::new(store, tenant, period);
     while let Some(rows) = reader.next().await? {
-        walk = feed(walk, rows).await?.0;
+        walk = feed_and_drop(walk, rows).await?;
     }
     let mut walked = walk.finish();
     let writing = after_walk(store, tenant, &mut walked);

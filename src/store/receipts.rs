@@ -235,19 +235,57 @@ pub async fn seq_range(
         .await
 }
 
-/// The columns of a packed page, in order; `cost_usd` travels as text that converts back to the
-/// same `f64` (SQLite's `quote()` falls back to 20 digits when 15 do not round-trip; PostgreSQL
-/// prints the shortest exact form), so every recomputed hash sees the stored value.
-const PACKED_SQLITE: &str = "seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
-     completion_tokens, quote(cost_usd), checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
-     receipt_pack_version";
-const PACKED_POSTGRES: &str = "seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
-     completion_tokens, cost_usd::text, checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
-     receipt_pack_version";
+/// The columns of a packed page, in order: numbers are written as their decimal text and a `;`,
+/// text as its byte length, a `:` and the bytes, so no value needs escaping and none can be
+/// mistaken for a separator. `cost_usd` travels as text that converts back to the same `f64`
+/// (SQLite's `quote()` falls back to 20 digits when 15 do not round-trip; PostgreSQL prints the
+/// shortest exact form), so every recomputed hash sees the stored value.
+const PACKED: [(&str, Field); 19] = [
+    ("seq", Field::Number),
+    ("receipt_id", Field::Text),
+    ("v", Field::Number),
+    ("request_id", Field::Text),
+    ("actor", Field::Text),
+    ("provider", Field::Text),
+    ("model", Field::Text),
+    ("prompt_tokens", Field::Number),
+    ("completion_tokens", Field::Number),
+    ("cost_usd", Field::Number),
+    ("checks", Field::Text),
+    ("upstream_status", Field::Text),
+    ("ts", Field::Text),
+    ("prev_hash", Field::Text),
+    ("this_hash", Field::Text),
+    ("signature", Field::Text),
+    ("key_id", Field::Text),
+    ("kind", Field::Text),
+    ("receipt_pack_version", Field::Text),
+];
 
-/// The rows of [`seq_range`] as one JSON array of arrays built by the database: one value back
-/// instead of one row per receipt. Per-row driver work (a channel hop, the Any conversion and a
-/// copy per column) was most of a chain walk's time. Decode with [`unpack`], off the runtime.
+#[derive(Clone, Copy)]
+enum Field {
+    Number,
+    Text,
+}
+
+/// The `concat(...)` arguments that pack one receipt.
+fn packed_row(backend: Backend) -> String {
+    let parts: Vec<String> = PACKED
+        .iter()
+        .map(|(col, kind)| match (kind, *col, backend) {
+            (Field::Number, "cost_usd", Backend::Sqlite) => "quote(cost_usd), ';'".to_string(),
+            (Field::Number, "cost_usd", Backend::Postgres) => "cost_usd::text, ';'".to_string(),
+            (Field::Number, col, _) => format!("{col}, ';'"),
+            (Field::Text, col, _) => format!("octet_length({col}), ':', {col}"),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// The rows of [`seq_range`] packed by the database into one text value (see `PACKED`): one
+/// value back instead of one row per receipt. Per-row driver work (a channel hop between
+/// threads, the Any conversion, a copy per column) was most of a chain walk's time. Decode with
+/// [`unpack`], off the async runtime.
 pub async fn seq_range_packed(
     store: &Store,
     tenant_id: &str,
@@ -258,15 +296,17 @@ pub async fn seq_range_packed(
     let t = tenant_id.to_string();
     store
         .run(move |pool, backend| async move {
-            let page = "FROM (SELECT * FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
+            // The aggregate takes the ordered subquery's rows as they come (no ORDER BY inside
+            // it: sorting a page again would spill megabytes to temporary files); `unpack`
+            // sorts a page that is ever out of order.
+            let page = "FROM (SELECT seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
+                        completion_tokens, cost_usd, checks, upstream_status, ts, prev_hash, this_hash, signature, \
+                        key_id, kind, receipt_pack_version FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
                         LIMIT $4) AS r";
+            let row = packed_row(backend);
             let sql = match backend {
-                Backend::Sqlite => {
-                    format!("SELECT json_group_array(json_array({PACKED_SQLITE}) ORDER BY seq) AS page {page}")
-                }
-                Backend::Postgres => {
-                    format!("SELECT json_agg(json_build_array({PACKED_POSTGRES}) ORDER BY seq)::text AS page {page}")
-                }
+                Backend::Sqlite => format!("SELECT group_concat(concat({row}), '') AS page {page}"),
+                Backend::Postgres => format!("SELECT string_agg(concat({row}), '') AS page {page}"),
             };
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(t)
@@ -275,77 +315,98 @@ pub async fn seq_range_packed(
                 .bind(limit)
                 .fetch_one(&pool)
                 .await?;
-            Ok(row.try_get::<Option<String>, _>("page")?.unwrap_or_else(|| "[]".to_string()))
+            Ok(row.try_get::<Option<String>, _>("page")?.unwrap_or_default())
         })
         .await
 }
 
-/// One receipt of a packed page, in the column order of `PACKED_*`.
-#[derive(serde::Deserialize)]
-struct Packed(
-    u64,
-    String,
-    u64,
-    String,
-    String,
-    String,
-    String,
-    u64,
-    u64,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-);
+/// Reads a packed page value by value.
+struct Unpacker<'a> {
+    page: &'a str,
+    at: usize,
+}
+
+impl<'a> Unpacker<'a> {
+    fn bad(&self, what: &str) -> StoreError {
+        StoreError::Other(format!("receipt page: {what} at byte {}", self.at))
+    }
+
+    fn number(&mut self) -> Result<&'a str, StoreError> {
+        let rest = &self.page[self.at..];
+        let end = rest.find(';').ok_or_else(|| self.bad("unterminated number"))?;
+        self.at += end + 1;
+        Ok(&rest[..end])
+    }
+
+    fn text(&mut self) -> Result<&'a str, StoreError> {
+        let rest = &self.page[self.at..];
+        let colon = rest.find(':').ok_or_else(|| self.bad("text without length"))?;
+        let len: usize = rest[..colon].parse().map_err(|_| self.bad("bad text length"))?;
+        let value = rest.get(colon + 1..colon + 1 + len).ok_or_else(|| self.bad("text past the end"))?;
+        self.at += colon + 1 + len;
+        Ok(value)
+    }
+
+    fn int(&mut self) -> Result<u64, StoreError> {
+        let n = self.number()?;
+        n.parse::<u64>().map_err(|_| self.bad("bad integer"))
+    }
+}
 
 /// Decodes a page from [`seq_range_packed`] (CPU-bound: call it on a blocking thread).
 pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreError> {
-    let bad = |what: &str, e: &dyn std::fmt::Display| StoreError::Other(format!("receipt page: {what}: {e}"));
-    let packed: Vec<Packed> = serde_json::from_str(page).map_err(|e| bad("not JSON rows", &e))?;
+    let mut u = Unpacker { page, at: 0 };
     // A page holds few distinct check lists: parse each once.
-    let mut lists: std::collections::HashMap<String, Vec<Check>> = std::collections::HashMap::new();
-    let mut out = Vec::with_capacity(packed.len());
-    for p in packed {
-        let checks = match lists.get(&p.10) {
-            Some(c) => c.clone(),
+    let mut lists: Vec<(&str, Vec<Check>)> = Vec::new();
+    let mut out = Vec::new();
+    while u.at < page.len() {
+        let seq = u.int()?;
+        let receipt_id = u.text()?.to_string();
+        let v = u.int()? as u32;
+        let request_id = u.text()?.to_string();
+        let actor = u.text()?.to_string();
+        let provider = u.text()?.to_string();
+        let model = u.text()?.to_string();
+        let prompt_tokens = u.int()?;
+        let completion_tokens = u.int()?;
+        let cost = u.number()?;
+        let cost_usd: f64 = cost.trim().parse().map_err(|_| u.bad("bad cost_usd"))?;
+        let checks_text = u.text()?;
+        let checks = match lists.iter().find(|(t, _)| *t == checks_text) {
+            Some((_, c)) => c.clone(),
             None => {
-                let c: Vec<Check> = serde_json::from_str(&p.10).map_err(|e| bad("checks column", &e))?;
-                if lists.len() < 256 {
-                    lists.insert(p.10, c.clone());
+                let c: Vec<Check> = serde_json::from_str(checks_text)
+                    .map_err(|e| StoreError::Other(format!("receipt page: checks column: {e}")))?;
+                if lists.len() < 32 {
+                    lists.push((checks_text, c.clone()));
                 }
                 c
             }
         };
-        let cost_usd: f64 = p.9.trim().parse().map_err(|e| bad("cost_usd column", &e))?;
+        let receipt = Receipt {
+            v,
+            tenant_id: tenant_id.to_string(),
+            seq,
+            receipt_id,
+            request_id,
+            actor,
+            provider,
+            model,
+            prompt_tokens,
+            completion_tokens,
+            cost_usd,
+            checks,
+            upstream_status: u.text()?.to_string(),
+            ts: u.text()?.to_string(),
+            prev_hash: u.text()?.to_string(),
+        };
         out.push(StoredReceipt {
-            receipt: Receipt {
-                v: p.2 as u32,
-                tenant_id: tenant_id.to_string(),
-                seq: p.0,
-                receipt_id: p.1,
-                request_id: p.3,
-                actor: p.4,
-                provider: p.5,
-                model: p.6,
-                prompt_tokens: p.7,
-                completion_tokens: p.8,
-                cost_usd,
-                checks,
-                upstream_status: p.11,
-                ts: p.12,
-                prev_hash: p.13,
-            },
-            this_hash: p.14,
-            signature: p.15,
-            key_id: p.16,
-            kind: p.17,
-            pack_version: p.18,
+            receipt,
+            this_hash: u.text()?.to_string(),
+            signature: u.text()?.to_string(),
+            key_id: u.text()?.to_string(),
+            kind: u.text()?.to_string(),
+            pack_version: u.text()?.to_string(),
         });
     }
     if !out.is_sorted_by_key(|r| r.receipt.seq) {
