@@ -5,6 +5,7 @@
 //! verbatim; changing a word here changes what customers show their auditors.
 
 pub mod attestation;
+pub mod auditor;
 pub mod bundle;
 pub mod inclusion;
 pub mod memo;

@@ -439,6 +439,20 @@ pub async fn count_all(store: &Store) -> Result<i64, StoreError> {
         .await
 }
 
+/// Every tenant's chain head `(tenant_id, seq)`.
+pub async fn chain_heads(store: &Store) -> Result<Vec<(String, u64)>, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let rows =
+                sqlx::query("SELECT tenant_id, seq FROM chain_heads ORDER BY tenant_id").fetch_all(&pool).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get::<String, _>("tenant_id")?, r.try_get::<i64, _>("seq")?.max(0) as u64)))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+        .await
+}
+
 /// The tenant's chain head `seq` (0 before its first receipt).
 pub async fn head_seq(store: &Store, tenant_id: &str) -> Result<u64, StoreError> {
     let t = tenant_id.to_string();
