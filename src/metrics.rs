@@ -108,7 +108,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     .expect("register tollgate_cache_saved_usd_total"),
     attestation_signatures_verified: register_int_counter!(
         "tollgate_attestation_signatures_verified_total",
-        "Receipt signatures checked with Ed25519 by attestation and evidence-bundle walks"
+        "Receipt signatures checked with Ed25519 by attestation, evidence-bundle and chain-audit walks"
     )
     .expect("register tollgate_attestation_signatures_verified_total"),
     attestation_memo_blocks: register_int_counter!(
@@ -118,7 +118,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     .expect("register tollgate_attestation_memo_blocks_total"),
     attestation_memo_spans_written: register_int_counter!(
         "tollgate_attestation_memo_spans_written_total",
-        "Verified-span memo rows recorded after walks"
+        "Verified-span memo rows recorded after walks (attestation, bundle, chain audit)"
     )
     .expect("register tollgate_attestation_memo_spans_written_total"),
 });

@@ -82,8 +82,9 @@ pub struct SpanMemo {
 impl SpanMemo {
     /// `known`: the tenant's stored rows; those of another block length are ignored.
     pub fn new(key: MemoKey, tenant: &str, block: u64, known: Vec<Span>) -> SpanMemo {
+        let block = block.max(1);
         let known = known.into_iter().filter(|s| s.block_len == block).map(|s| (s.block_start, s)).collect();
-        SpanMemo { key, tenant: tenant.to_string(), block: block.max(1), known }
+        SpanMemo { key, tenant: tenant.to_string(), block, known }
     }
 
     pub fn block(&self) -> u64 {
