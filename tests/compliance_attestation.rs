@@ -362,17 +362,19 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
 /// The chain auditor walks whole blocks nobody asked about, so the first attestation is warm.
 #[test]
 fn the_chain_auditor_warms_the_memo() {
-    let env = [("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "1")];
-    let (g, _up) = support::with_standin(&Backend::Sqlite, &env);
-    for _ in 0..9 {
-        chat(&g, &g.key, "gpt-4o-mini");
+    for b in backends() {
+        let env = [("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "1")];
+        let (g, _up) = support::with_standin(&b, &env);
+        for _ in 0..9 {
+            chat(&g, &g.key, "gpt-4o-mini");
+        }
+        assert_eq!(g.wait_receipts(&g.key, 9), 9);
+        assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 2.0), 2.0, "blocks 1-4 and 5-8, not the partial 9");
+        assert_eq!(g.metric(ED25519, &[]), 8.0, "each whole block walked once");
+        let a = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=9");
+        assert_eq!(a["totals"]["signaturesVerified"], true);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (9.0, 2.0));
     }
-    assert_eq!(g.wait_receipts(&g.key, 9), 9);
-    assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 2.0), 2.0, "blocks 1-4 and 5-8, not the partial 9");
-    assert_eq!(g.metric(ED25519, &[]), 8.0, "each whole block walked once");
-    let a = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=9");
-    assert_eq!(a["totals"]["signaturesVerified"], true);
-    assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (9.0, 2.0));
 }
 
 /// The walk's packed page read (one JSON array built by the database) decodes to exactly what
