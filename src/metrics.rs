@@ -23,6 +23,9 @@ pub struct Metrics {
     pub checks: IntCounterVec,
     pub guardrail_events: IntCounterVec,
     pub cache_saved_usd: CounterVec,
+    pub attestation_signatures_verified: IntCounter,
+    pub attestation_memo_blocks: IntCounter,
+    pub attestation_memo_spans_written: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -103,4 +106,19 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["model"]
     )
     .expect("register tollgate_cache_saved_usd_total"),
+    attestation_signatures_verified: register_int_counter!(
+        "tollgate_attestation_signatures_verified_total",
+        "Receipt signatures checked with Ed25519 by attestation, evidence-bundle and chain-audit walks"
+    )
+    .expect("register tollgate_attestation_signatures_verified_total"),
+    attestation_memo_blocks: register_int_counter!(
+        "tollgate_attestation_memo_blocks_total",
+        "Receipt blocks whose signatures the verified-span memo vouched for (no Ed25519 check)"
+    )
+    .expect("register tollgate_attestation_memo_blocks_total"),
+    attestation_memo_spans_written: register_int_counter!(
+        "tollgate_attestation_memo_spans_written_total",
+        "Verified-span memo rows recorded after walks (attestation, bundle, chain audit)"
+    )
+    .expect("register tollgate_attestation_memo_spans_written_total"),
 });

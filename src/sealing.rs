@@ -4,6 +4,10 @@
 //! created with mode 0600 on first start. Each value gets a fresh 96-bit nonce; the stored text
 //! is `base64(nonce || ciphertext+tag)`. The tenant and provider are bound as associated data,
 //! so a sealed value copied onto another row does not open.
+//!
+//! The same master key also yields purpose-bound subkeys ([`MasterKey::derive_key`]), e.g. the
+//! key of the verified-span memo (`compliance::memo`), so that memo cannot be forged by someone
+//! who can write the database but does not hold the master key.
 
 use std::io::Write;
 use std::path::Path;
@@ -12,8 +16,14 @@ use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
-pub struct MasterKey(Aes256Gcm);
+pub struct MasterKey {
+    aead: Aes256Gcm,
+    /// HMAC-SHA256 keyed with the master key: derives subkeys, never seals.
+    kdf: Hmac<Sha256>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SealError {
@@ -27,7 +37,18 @@ pub enum SealError {
 
 impl MasterKey {
     pub fn from_bytes(bytes: &[u8; 32]) -> Self {
-        MasterKey(Aes256Gcm::new(bytes.into()))
+        let kdf = <Hmac<Sha256> as Mac>::new_from_slice(bytes).expect("HMAC takes a key of any length");
+        MasterKey { aead: Aes256Gcm::new(bytes.into()), kdf }
+    }
+
+    /// A 32-byte subkey for one purpose: HMAC-SHA256(master, label), the HKDF-Expand step for a
+    /// single output block with a uniformly random master key. Distinct labels give independent
+    /// keys; none of them reveals the master key or opens a sealed value.
+    pub fn derive_key(&self, label: &str) -> [u8; 32] {
+        let mut mac = self.kdf.clone();
+        mac.update(label.as_bytes());
+        mac.update(&[1]);
+        mac.finalize().into_bytes().into()
     }
 
     /// From the environment value if given, else from `path` (created 0600 when absent).
@@ -58,7 +79,7 @@ impl MasterKey {
         let mut nonce = [0u8; 12];
         getrandom::getrandom(&mut nonce).expect("the OS random source failed");
         let ct = self
-            .0
+            .aead
             .encrypt(Nonce::from_slice(&nonce), Payload { msg: plaintext, aad: context.as_bytes() })
             .expect("AES-GCM encryption cannot fail for in-memory buffers");
         let mut out = nonce.to_vec();
@@ -72,7 +93,7 @@ impl MasterKey {
             return Err(SealError::Open);
         }
         let (nonce, ct) = raw.split_at(12);
-        self.0
+        self.aead
             .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad: context.as_bytes() })
             .map_err(|_| SealError::Open)
     }
@@ -110,6 +131,16 @@ mod tests {
         assert!(k.open(&s, "t2/openai").is_err(), "bound to its row");
         assert!(MasterKey::from_bytes(&[8u8; 32]).open(&s, "t1/openai").is_err());
         assert_ne!(s, k.seal(b"{\"api_key\":\"sk-x\"}", "t1/openai"), "fresh nonce each time");
+    }
+
+    #[test]
+    fn subkeys_are_bound_to_their_label_and_master() {
+        let k = MasterKey::from_bytes(&[7u8; 32]);
+        let a = k.derive_key("tollgate verified-span memo v1");
+        assert_eq!(a, MasterKey::from_bytes(&[7u8; 32]).derive_key("tollgate verified-span memo v1"));
+        assert_ne!(a, k.derive_key("another purpose"));
+        assert_ne!(a, MasterKey::from_bytes(&[8u8; 32]).derive_key("tollgate verified-span memo v1"));
+        assert_ne!(a, [7u8; 32]);
     }
 
     #[test]

@@ -145,6 +145,9 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     server.add_service(prom);
 
     server.add_service(background_service("policy files", PolicyWatcher { app: app.clone() }));
+    if app.config.storage.chain_audit_seconds > 0 {
+        server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
+    }
     server.add_service(background_service("snapshot refresh", Refresher { app }));
     server.add_service(background_service("receipt writer", writer));
     Ok(server)
@@ -177,6 +180,34 @@ impl Refresher {
         }
         if let Err(e) = store::keys::touch(&self.app.store, used).await {
             log::warn!("recording key last use failed: {e}");
+        }
+    }
+}
+
+/// Walks receipt blocks not yet in the verified-span memo (`compliance::auditor`), so
+/// attestations over them are warm.
+struct ChainAuditor {
+    app: Arc<App>,
+}
+
+#[async_trait]
+impl BackgroundService for ChainAuditor {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let period = Duration::from_secs(self.app.config.storage.chain_audit_seconds.max(1));
+        let key = crate::compliance::memo::MemoKey::from_master(&self.app.master);
+        let mut auditor = crate::compliance::auditor::Auditor::default();
+        let mut timer = tokio::time::interval(period);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.tick().await;
+        loop {
+            tokio::select! {
+                _ = timer.tick() => {
+                    if let Err(e) = auditor.pass(&self.app.store, &key).await {
+                        log::warn!("chain audit pass failed (retried next interval): {e}");
+                    }
+                }
+                _ = shutdown.changed() => return,
+            }
         }
     }
 }

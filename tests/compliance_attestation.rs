@@ -264,3 +264,180 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
         assert!(!ok && out.contains("not a well-formed"), "{out}");
     }
 }
+
+const ED25519: &str = "tollgate_attestation_signatures_verified_total";
+const MEMO_BLOCKS: &str = "tollgate_attestation_memo_blocks_total";
+const MEMO_WRITTEN: &str = "tollgate_attestation_memo_spans_written_total";
+
+/// The verified-span memo, with blocks of 4 receipts (`TOLLGATE_VERIFIED_SPAN_BLOCK`): the first
+/// attestation records memo rows after it answers, later walks (attestation and bundle) use them
+/// instead of Ed25519, and tampering inside a memoised block is still found where it happened.
+#[test]
+fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
+    for b in backends() {
+        let (g, _up) =
+            support::with_standin(&b, &[("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "0")]);
+        for _ in 0..14 {
+            chat(&g, &g.key, "gpt-4o-mini");
+        }
+        assert_eq!(g.wait_receipts(&g.key, 14), 14);
+        let t = g.tenant_id.clone();
+        let all = "/v1/compliance/attestation?fromSeq=1&toSeq=14";
+
+        let cold = get(&g, &g.key, all);
+        assert_eq!(
+            (cold["totals"]["chainVerified"].as_bool(), cold["totals"]["signaturesVerified"].as_bool()),
+            (Some(true), Some(true))
+        );
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (14.0, 0.0));
+        assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 3.0), 3.0, "blocks 1-4, 5-8, 9-12; 13-14 is not whole");
+        let touch =
+            |tenant: &str| g.sql(&format!("UPDATE verified_spans SET key_ids = key_ids WHERE tenant_id = '{tenant}'"));
+        assert_eq!(touch(&t), 3, "memo rows are the tenant's");
+
+        let warm = get(&g, &g.key, all);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (16.0, 3.0), "only 13 and 14 re-verified");
+        for field in ["totals", "verification", "merkle", "checkCoverage", "anchor"] {
+            assert_eq!(warm[field], cold[field], "{field}");
+        }
+        let r = g.mgmt("GET", "/v1/compliance/evidence-bundle?fromSeq=1&toSeq=14", Some(&g.key), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["attestation"]["totals"], cold["totals"]);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (18.0, 6.0), "the bundle's walk uses it too");
+
+        // A row written without the master key vouches for nothing: that block is re-verified.
+        assert_eq!(
+            g.sql(&format!(
+                "UPDATE verified_spans SET digest = '{}' WHERE tenant_id = '{t}' AND block_start = 1",
+                "ab".repeat(32)
+            )),
+            1
+        );
+        let forged = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=8");
+        assert_eq!(forged["totals"]["signaturesVerified"], true);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (22.0, 7.0));
+        assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 4.0), 4.0, "and its row rewritten");
+
+        // A signature swapped inside a memoised block.
+        let swapped = g.sql(&format!(
+            "UPDATE receipts SET signature = (SELECT r.signature FROM receipts r WHERE r.tenant_id = '{t}' AND \
+             r.seq = 7) WHERE tenant_id = '{t}' AND seq = 6"
+        ));
+        assert_eq!(swapped, 1);
+        let bad = get(&g, &g.key, all);
+        assert_eq!(
+            (bad["totals"]["chainVerified"].as_bool(), bad["totals"]["signaturesVerified"].as_bool()),
+            (Some(true), Some(false))
+        );
+        assert_eq!(bad["verification"]["badSignatureAtSeq"], 6);
+        assert_eq!(bad["totals"]["signaturesVerifiedCount"], 13);
+        assert_eq!(g.metric(MEMO_BLOCKS, &[]), 9.0, "blocks 1-4 and 9-12 vouched for, 5-8 re-verified");
+
+        // A key id changed inside a memoised block.
+        assert_eq!(
+            g.sql(&format!("UPDATE receipts SET key_id = '0000000000000000' WHERE tenant_id = '{t}' AND seq = 10")),
+            1
+        );
+        let bad = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=9&toSeq=12");
+        assert_eq!(bad["totals"]["signaturesVerified"], false);
+        assert_eq!(bad["verification"]["badSignatureAtSeq"], 10);
+
+        // A signed member changed inside a memoised block.
+        assert_eq!(
+            g.sql(&format!("UPDATE receipts SET completion_tokens = 999 WHERE tenant_id = '{t}' AND seq = 3")),
+            1
+        );
+        let bad = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=4");
+        assert_eq!(
+            (bad["totals"]["chainVerified"].as_bool(), bad["totals"]["signaturesVerified"].as_bool()),
+            (Some(false), Some(false))
+        );
+        assert_eq!(
+            (bad["verification"]["brokenAtSeq"].as_u64(), bad["verification"]["badSignatureAtSeq"].as_u64()),
+            (Some(3), Some(3))
+        );
+    }
+}
+
+/// The chain auditor walks whole blocks nobody asked about, so the first attestation is warm.
+#[test]
+fn the_chain_auditor_warms_the_memo() {
+    for b in backends() {
+        let env = [("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "1")];
+        let (g, _up) = support::with_standin(&b, &env);
+        for _ in 0..9 {
+            chat(&g, &g.key, "gpt-4o-mini");
+        }
+        assert_eq!(g.wait_receipts(&g.key, 9), 9);
+        assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 2.0), 2.0, "blocks 1-4 and 5-8, not the partial 9");
+        assert_eq!(g.metric(ED25519, &[]), 8.0, "each whole block walked once");
+        let a = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=9");
+        assert_eq!(a["totals"]["signaturesVerified"], true);
+        assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (9.0, 2.0));
+    }
+}
+
+/// The walk's packed page read (one JSON array built by the database) decodes to exactly what
+/// the row-by-row read gives, awkward values included: costs that need 17 digits to round-trip,
+/// quotes, backslashes, control characters and non-ASCII text.
+#[test]
+fn packed_pages_decode_exactly_like_rows() {
+    use tollgate::receipts::{CacheSide, Check, Draft, Kind};
+    use tollgate::store::{receipts as rows, Store};
+    for b in backends() {
+        let (url, dir) = match &b {
+            Backend::Sqlite => {
+                let dir = std::env::temp_dir().join(format!("tollgate-packed-{}", uuid::Uuid::new_v4().simple()));
+                (format!("sqlite://{}", dir.join("t.db").display()), Some(dir))
+            }
+            Backend::Postgres(url) => (url.clone(), None),
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let db = Store::connect(&url).await.unwrap();
+            db.migrate().await.unwrap();
+            let signer = std::sync::Arc::new(tollgate::receipts::signer::Signer::from_seed(&[6; 32]));
+            let costs = [0.1 + 0.2, 0.000066, 1.0 / 3.0, 0.0, 12345.678901234567, 5e-324, 1e300, 2.0f64.sqrt()];
+            let drafts = costs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Draft {
+                    tenant_id: "t-packed".into(),
+                    receipt_id: uuid::Uuid::now_v7().to_string(),
+                    request_id: format!("q\"{i}\\\n\t\u{1}é😀"),
+                    actor: "k/ünd user".into(),
+                    provider: "openai".into(),
+                    model: "gpt-4o-mini".into(),
+                    prompt_tokens: 9_007_199_254_740_991 - i as u64,
+                    completion_tokens: i as u64,
+                    cost_usd: *c,
+                    checks: vec![Check { name: "policy".into(), result: format!("allow\"{i}") }],
+                    upstream_status: "ok".into(),
+                    ts: "2026-11-23 10:00:00.000".into(),
+                    kind: Kind::ModelCall,
+                    pack_version: String::new(),
+                    cache: CacheSide::default(),
+                    events: Vec::new(),
+                    key_id: "k".into(),
+                })
+                .collect();
+            rows::append_batch(&db, drafts, signer).await.unwrap();
+            let plain = rows::seq_range(&db, "t-packed", 2, 100, 100).await.unwrap();
+            let page = rows::seq_range_packed(&db, "t-packed", 2, 100, 100).await.unwrap();
+            let packed = rows::unpack("t-packed", &page).unwrap();
+            assert_eq!(plain.len(), costs.len() - 1);
+            assert_eq!(format!("{plain:?}"), format!("{packed:?}"));
+            for (r, c) in packed.iter().zip(&costs[1..]) {
+                assert_eq!(r.receipt.cost_usd.to_bits(), c.to_bits(), "{c}");
+            }
+            let none = rows::seq_range_packed(&db, "t-packed", 50, 60, 100).await.unwrap();
+            assert!(rows::unpack("t-packed", &none).unwrap().is_empty());
+        });
+        if let Some(dir) = dir {
+            std::fs::remove_dir_all(dir).ok();
+        }
+        if let Backend::Postgres(url) = &b {
+            support::drop_postgres(url);
+        }
+    }
+}

@@ -2,10 +2,12 @@
 //! the RFC 6962 root over their chain hashes, and a signed tree head that fixes `treeSize` and
 //! `root` for auditors checking inclusion proofs.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::memo::{self, MemoKey, SpanMemo};
 use super::period::Period;
 use super::walk::{Walk, WalkResult};
 use super::{DISCLAIMER, SCOPE};
@@ -22,46 +24,105 @@ pub const ANCHOR_NOTE: &str = "signature = base64(Ed25519(JCS({tenantId, fromSeq
      signing key keyId (GET /v1/compliance/signing-keys). Take treeSize and root for inclusion proofs from this \
      signed head, never from a proof response alone.";
 
-/// Rows per read while walking a period.
-const PAGE: i64 = 2000;
+/// Rows per read while walking a period, about: pages hold whole memo blocks, at least two so
+/// both halves of a page can be checked in parallel.
+const PAGE_ROWS: u64 = 8192;
 
-/// Reads a period's receipts page by page, fetching the next page while the caller works on
-/// the current one.
+fn page_len(block: u64) -> u64 {
+    block * (PAGE_ROWS / block).max(2)
+}
+
+/// Pages read and decoded ahead of the walk.
+const IN_FLIGHT: usize = 2;
+
+/// Reads a period's receipts page by page, reading and decoding the next pages while the caller
+/// works on the current one. A page is a fixed seq range (the first one up to a memo block
+/// boundary, then [`page_len`] seqs), so several can be read at once; periods never extend past
+/// the chain head, so the pages of a period are as many as its length needs.
 pub struct PeriodReader {
     store: Store,
     tenant: String,
     to_seq: u64,
-    pending: Option<tokio::task::JoinHandle<Result<Vec<StoredReceipt>, StoreError>>>,
+    block: u64,
+    next_from: u64,
+    pending: VecDeque<tokio::task::JoinHandle<Result<Vec<StoredReceipt>, StoreError>>>,
 }
 
 impl PeriodReader {
     pub fn new(store: &Store, tenant: &str, period: &Period) -> PeriodReader {
-        let mut r =
-            PeriodReader { store: store.clone(), tenant: tenant.to_string(), to_seq: period.to_seq, pending: None };
-        if period.leaf_count() > 0 {
-            r.fetch(period.from_seq);
-        }
+        let mut r = PeriodReader {
+            store: store.clone(),
+            tenant: tenant.to_string(),
+            to_seq: period.to_seq,
+            block: memo::block_len(),
+            next_from: period.from_seq.max(1),
+            pending: VecDeque::new(),
+        };
+        r.fill();
         r
     }
 
-    fn fetch(&mut self, from: u64) {
-        let (store, tenant, to) = (self.store.clone(), self.tenant.clone(), self.to_seq);
-        self.pending =
-            Some(tokio::spawn(async move { store::receipts::seq_range(&store, &tenant, from, to, PAGE).await }));
+    fn fill(&mut self) {
+        while self.pending.len() < IN_FLIGHT && self.next_from <= self.to_seq {
+            let from = self.next_from;
+            let len = page_len(self.block) - (from - 1) % self.block;
+            let to = (from + len - 1).min(self.to_seq);
+            self.next_from = to + 1;
+            let (store, tenant) = (self.store.clone(), self.tenant.clone());
+            self.pending.push_back(tokio::spawn(async move {
+                let page = store::receipts::seq_range_packed(&store, &tenant, from, to, len as i64).await?;
+                tokio::task::spawn_blocking(move || store::receipts::unpack(&tenant, &page))
+                    .await
+                    .map_err(|e| StoreError::Other(format!("period read failed: {e}")))?
+            }));
+        }
     }
 
-    /// The next page (ascending seq); `None` at the end of the period.
+    /// The next page (ascending seq, never empty); `None` at the end of the period.
     pub async fn next(&mut self) -> Result<Option<Vec<StoredReceipt>>, StoreError> {
-        let Some(pending) = self.pending.take() else { return Ok(None) };
-        let rows = pending.await.map_err(|e| StoreError::Other(format!("period read failed: {e}")))??;
-        match rows.last() {
-            Some(last) if rows.len() as i64 == PAGE && last.receipt.seq < self.to_seq => {
-                self.fetch(last.receipt.seq + 1)
+        while let Some(pending) = self.pending.pop_front() {
+            let rows = pending.await.map_err(|e| StoreError::Other(format!("period read failed: {e}")))??;
+            self.fill();
+            if !rows.is_empty() {
+                return Ok(Some(rows));
             }
-            _ => {}
         }
-        Ok((!rows.is_empty()).then_some(rows))
+        Ok(None)
     }
+}
+
+/// The verified-span memo rows of the period. Best effort: without them the walk verifies
+/// every signature itself.
+pub async fn load_memo(store: &Store, tenant: &str, period: &Period, key: &MemoKey) -> SpanMemo {
+    let block = memo::block_len();
+    let known = if period.leaf_count() == 0 {
+        Vec::new()
+    } else {
+        store::spans::in_range(store, tenant, period.from_seq, period.to_seq).await.unwrap_or_else(|e| {
+            log::warn!("verified-span memo of tenant {tenant} unreadable, verifying every signature: {e}");
+            Vec::new()
+        })
+    };
+    SpanMemo::new(key.clone(), tenant, block, known)
+}
+
+/// After a walk: counts it in the metrics and records its newly verified blocks in the
+/// background (a failure is logged, never the caller's). The handle is for the benchmark.
+pub fn after_walk(store: &Store, tenant: &str, walked: &mut WalkResult) -> Option<tokio::task::JoinHandle<()>> {
+    let m = &crate::metrics::METRICS;
+    m.attestation_signatures_verified.inc_by(walked.ed25519_checked);
+    m.attestation_memo_blocks.inc_by(walked.memo_blocks);
+    let spans = std::mem::take(&mut walked.new_spans);
+    if spans.is_empty() {
+        return None;
+    }
+    let (store, tenant) = (store.clone(), tenant.to_string());
+    Some(tokio::spawn(async move {
+        match store::spans::save(&store, &tenant, spans).await {
+            Ok(n) => crate::metrics::METRICS.attestation_memo_spans_written.inc_by(n as u64),
+            Err(e) => log::warn!("verified-span memo of tenant {tenant} not recorded: {e}"),
+        }
+    }))
 }
 
 /// The stored `thisHash` the period's first receipt must link to.
@@ -83,20 +144,39 @@ pub async fn feed(walk: Walk, rows: Vec<StoredReceipt>) -> Result<(Walk, Vec<Sto
     .map_err(|e| StoreError::Other(format!("period walk failed: {e}")))
 }
 
-/// Walks the whole period.
+/// [`feed`] without handing the page back: it is freed on the blocking thread too.
+async fn feed_and_drop(walk: Walk, rows: Vec<StoredReceipt>) -> Result<Walk, StoreError> {
+    tokio::task::spawn_blocking(move || {
+        let mut walk = walk;
+        walk.feed(&rows);
+        drop(rows);
+        walk
+    })
+    .await
+    .map_err(|e| StoreError::Other(format!("period walk failed: {e}")))
+}
+
+/// Walks the whole period, with the verified-span memo when given its key. The returned
+/// result's `new_spans` are being recorded in the background already ([`after_walk`]).
 pub async fn walk_period(
     store: &Store,
     tenant: &str,
     period: &Period,
     registry: &[RegisteredKey],
-) -> Result<WalkResult, StoreError> {
+    memo_key: Option<&MemoKey>,
+) -> Result<(WalkResult, Option<tokio::task::JoinHandle<()>>), StoreError> {
     let anchor = anchor_hash(store, tenant, period.from_seq).await?;
     let mut walk = Walk::new(registry, period.from_seq, period.to_seq, anchor);
+    if let Some(key) = memo_key {
+        walk = walk.with_memo(load_memo(store, tenant, period, key).await);
+    }
     let mut reader = PeriodReader::new(store, tenant, period);
     while let Some(rows) = reader.next().await? {
-        walk = feed(walk, rows).await?.0;
+        walk = feed_and_drop(walk, rows).await?;
     }
-    Ok(walk.finish())
+    let mut walked = walk.finish();
+    let writing = after_walk(store, tenant, &mut walked);
+    Ok((walked, writing))
 }
 
 /// The bytes the tree head signature covers (receipts.md §3).

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::attestation::{self, PeriodReader};
+use super::memo::MemoKey;
 use super::period::Period;
 use super::walk::Walk;
 use super::{DISCLAIMER, SCOPE};
@@ -21,12 +22,15 @@ pub struct BundleWriter {
     opening: Option<Vec<u8>>,
     reader: PeriodReader,
     walk: Option<Walk>,
+    store: Store,
     first: bool,
     packs: Value,
     signer: Arc<Signer>,
     tenant: String,
     period: Period,
     generated_at: String,
+    /// The memo rows this walk recorded, being written.
+    pub writing: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl BundleWriter {
@@ -37,8 +41,13 @@ impl BundleWriter {
         registry: Vec<RegisteredKey>,
         packs_in_force: Value,
         signer: Arc<Signer>,
+        memo_key: Option<&MemoKey>,
     ) -> Result<BundleWriter, StoreError> {
         let anchor = attestation::anchor_hash(store, tenant, period.from_seq).await?;
+        let mut walk = Walk::new(&registry, period.from_seq, period.to_seq, anchor.clone());
+        if let Some(key) = memo_key {
+            walk = walk.with_memo(attestation::load_memo(store, tenant, &period, key).await);
+        }
         let generated_at = attestation::now_rfc3339();
         let head = json!({
             "format": FORMAT,
@@ -58,13 +67,15 @@ impl BundleWriter {
         Ok(BundleWriter {
             opening: Some(opening),
             reader: PeriodReader::new(store, tenant, &period),
-            walk: Some(Walk::new(&registry, period.from_seq, period.to_seq, anchor)),
+            walk: Some(walk),
+            store: store.clone(),
             first: true,
             packs: packs_in_force,
             signer,
             tenant: tenant.to_string(),
             period,
             generated_at,
+            writing: None,
         })
     }
 
@@ -87,7 +98,8 @@ impl BundleWriter {
             }
             return Ok(Some(out));
         }
-        let walked = walk.finish();
+        let mut walked = walk.finish();
+        self.writing = attestation::after_walk(&self.store, &self.tenant, &mut walked);
         let doc = attestation::document(
             &self.tenant,
             &self.period,

@@ -5,8 +5,10 @@
 //! verbatim; changing a word here changes what customers show their auditors.
 
 pub mod attestation;
+pub mod auditor;
 pub mod bundle;
 pub mod inclusion;
+pub mod memo;
 pub mod pack;
 pub mod pack_sets;
 pub mod period;

@@ -1,14 +1,18 @@
 //! One pass over a period's receipts, in seq order, that re-derives everything an attestation
 //! states: each `thisHash` from the stored signed members, each `prevHash` link from the anchor,
 //! each Ed25519 signature against the registry key its `keyId` names, the RFC 6962 root, and the
-//! totals and per-check coverage. Memory is O(log n) plus one page: the attestation, the
-//! evidence bundle and the benchmark all feed it page by page.
+//! totals and per-check coverage. Memory is O(log n) plus one page (plus one small memo row per
+//! newly verified block): the attestation, the evidence bundle and the benchmark all feed it
+//! page by page. With a verified-span memo (`memo.rs`) a vouched-for block skips Ed25519 only;
+//! hashes and links are always recomputed.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
+use super::memo::{Span, SpanMemo};
 use crate::receipts::canonical;
 use crate::receipts::merkle::{self, Hash, RootBuilder};
 use crate::receipts::signer::{self, RegisteredKey};
@@ -38,6 +42,11 @@ impl KeyRing {
             })
             .collect();
         KeyRing { keys }
+    }
+
+    /// The raw public key a key id names.
+    pub fn public_bytes(&self, key_id: &str) -> Option<[u8; 32]> {
+        self.keys.get(key_id).map(|k| k.to_bytes())
     }
 
     pub fn verify(&self, key_id: &str, message: &[u8], signature_b64: &str) -> bool {
@@ -77,42 +86,141 @@ struct RowCheck {
 /// check per signature. A batch that fails is re-checked one by one to find the culprit(s).
 const BATCH: usize = 64;
 
-fn check_part(rows: &[StoredReceipt], keys: &KeyRing) -> Vec<RowCheck> {
-    let mut out = Vec::with_capacity(rows.len());
-    for group in rows.chunks(BATCH) {
-        let bytes: Vec<Vec<u8>> = group.iter().map(|r| canonical::receipt_bytes(&r.receipt)).collect();
-        let start = out.len();
-        for (r, b) in group.iter().zip(&bytes) {
-            let recomputed: Hash = Sha256::digest(b).into();
-            let stored = merkle::from_hex(&r.this_hash);
-            // The leaf is the stored hash (what the bundle shows and an auditor hashes); a stored
-            // value that is not even hex is a broken receipt already: its leaf is the recomputed one.
-            let leaf = merkle::leaf_hash(&stored.unwrap_or(recomputed));
-            out.push(RowCheck { hash_ok: stored == Some(recomputed), sig_ok: false, leaf });
+/// Loose rows (outside complete memo blocks) are checked in runs of at most this many.
+const LOOSE_RUN: usize = 16 * BATCH;
+
+/// A run of a page's rows checked as one unit of work: a complete, aligned memo block, or
+/// loose rows.
+struct Segment {
+    start: usize,
+    end: usize,
+    block: bool,
+}
+
+/// What checking one segment found.
+struct SegmentOut {
+    checks: Vec<RowCheck>,
+    /// A memo row for a block whose receipts were all just really verified (recorded only if
+    /// their links hold too, which the in-order step decides).
+    span: Option<Span>,
+    ed25519: u64,
+    memo_hit: bool,
+}
+
+/// Splits a page into memo blocks (when a memo is in use) and runs of loose rows.
+fn segments(rows: &[StoredReceipt], memo: Option<&SpanMemo>) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let flush = |out: &mut Vec<Segment>, from: usize, to: usize| {
+        let mut at = from;
+        while at < to {
+            let end = (at + LOOSE_RUN).min(to);
+            out.push(Segment { start: at, end, block: false });
+            at = end;
         }
-        let batch_ok = keys.verify_batch(
-            group.iter().zip(&bytes).map(|(r, b)| (r.key_id.as_str(), b.as_slice(), r.signature.as_str())),
-        );
-        for (i, (r, b)) in group.iter().zip(&bytes).enumerate() {
-            out[start + i].sig_ok = batch_ok || keys.verify(&r.key_id, b, &r.signature);
+    };
+    let (mut i, mut loose) = (0, 0);
+    while i < rows.len() {
+        if let Some(m) = memo {
+            let (seq, n) = (rows[i].receipt.seq, m.block() as usize);
+            // Seqs ascend strictly (primary key, ORDER BY), so equal ends mean no gap inside.
+            if m.starts_block(seq) && i + n <= rows.len() && rows[i + n - 1].receipt.seq == seq + n as u64 - 1 {
+                flush(&mut out, loose, i);
+                out.push(Segment { start: i, end: i + n, block: true });
+                i += n;
+                loose = i;
+                continue;
+            }
         }
+        i += 1;
     }
+    flush(&mut out, loose, rows.len());
     out
 }
 
-/// Pages at least this long are checked on several threads.
-const PARALLEL_FROM: usize = 2 * BATCH;
-
-fn check_rows(rows: &[StoredReceipt], keys: &KeyRing) -> Vec<RowCheck> {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-    if cores < 2 || rows.len() < PARALLEL_FROM {
-        return check_part(rows, keys);
+fn check_segment(rows: &[StoredReceipt], block: bool, keys: &KeyRing, memo: Option<&SpanMemo>) -> SegmentOut {
+    let bytes: Vec<Vec<u8>> = rows.iter().map(|r| canonical::receipt_bytes(&r.receipt)).collect();
+    let hashes: Vec<Hash> = bytes.iter().map(|b| Sha256::digest(b).into()).collect();
+    let mut checks: Vec<RowCheck> = rows
+        .iter()
+        .zip(&hashes)
+        .map(|(r, recomputed)| {
+            let stored = merkle::from_hex(&r.this_hash);
+            // The leaf is the stored hash (what the bundle shows and an auditor hashes); a stored
+            // value that is not even hex is a broken receipt already: its leaf is the recomputed one.
+            let leaf = merkle::leaf_hash(&stored.unwrap_or(*recomputed));
+            RowCheck { hash_ok: stored == Some(*recomputed), sig_ok: false, leaf }
+        })
+        .collect();
+    let memo = memo.filter(|_| block);
+    if let Some(m) = memo {
+        if m.vouches(rows[0].receipt.seq, rows, &hashes, keys) {
+            checks.iter_mut().for_each(|c| c.sig_ok = true);
+            return SegmentOut { checks, span: None, ed25519: 0, memo_hit: true };
+        }
     }
-    let per = rows.len().div_ceil(cores).next_multiple_of(BATCH);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = rows.chunks(per).map(|part| scope.spawn(move || check_part(part, keys))).collect();
-        parts.into_iter().flat_map(|h| h.join().expect("row checks do not panic")).collect()
-    })
+    for ((group, group_bytes), group_checks) in
+        rows.chunks(BATCH).zip(bytes.chunks(BATCH)).zip(checks.chunks_mut(BATCH))
+    {
+        let batch_ok = keys.verify_batch(
+            group.iter().zip(group_bytes).map(|(r, b)| (r.key_id.as_str(), b.as_slice(), r.signature.as_str())),
+        );
+        for ((r, b), c) in group.iter().zip(group_bytes).zip(group_checks) {
+            c.sig_ok = batch_ok || keys.verify(&r.key_id, b, &r.signature);
+        }
+    }
+    let all_ok = checks.iter().all(|c| c.hash_ok && c.sig_ok);
+    let span = memo.filter(|_| all_ok).and_then(|m| m.record(rows[0].receipt.seq, rows, &hashes, keys));
+    SegmentOut { checks, span, ed25519: rows.len() as u64, memo_hit: false }
+}
+
+/// What checking a page found: per row, plus the memo rows it may record `(start, end, span)`.
+struct PageChecks {
+    rows: Vec<RowCheck>,
+    spans: Vec<(usize, usize, Span)>,
+    ed25519: u64,
+    memo_blocks: u64,
+}
+
+/// Checks a page's segments on up to `available_parallelism` threads (at most 8), each taking
+/// the next unclaimed segment.
+fn check_rows(rows: &[StoredReceipt], keys: &KeyRing, memo: Option<&SpanMemo>) -> PageChecks {
+    let segs = segments(rows, memo);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+    let workers = cores.min(segs.len());
+    let run = |i: usize| {
+        let g = &segs[i];
+        (i, check_segment(&rows[g.start..g.end], g.block, keys, memo))
+    };
+    let mut outs: Vec<(usize, SegmentOut)> = if workers < 2 {
+        (0..segs.len()).map(run).collect()
+    } else {
+        let next = AtomicUsize::new(0);
+        let claim = || {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= segs.len() {
+                    return mine;
+                }
+                mine.push(run(i));
+            }
+        };
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers).map(|_| scope.spawn(claim)).collect();
+            handles.into_iter().flat_map(|h| h.join().expect("row checks do not panic")).collect()
+        })
+    };
+    outs.sort_unstable_by_key(|(i, _)| *i);
+    let mut page = PageChecks { rows: Vec::with_capacity(rows.len()), spans: Vec::new(), ed25519: 0, memo_blocks: 0 };
+    for (i, out) in outs {
+        page.rows.extend(out.checks);
+        page.ed25519 += out.ed25519;
+        page.memo_blocks += u64::from(out.memo_hit);
+        if let Some(span) = out.span {
+            page.spans.push((segs[i].start, segs[i].end, span));
+        }
+    }
+    page
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -144,6 +252,11 @@ pub struct WalkResult {
     pub bad_signature_at_seq: Option<u64>,
     /// Receipts expected in the period (`toSeq - fromSeq + 1`).
     pub expected: u64,
+    /// Signatures checked with Ed25519, and memo blocks whose signatures the memo vouched for.
+    pub ed25519_checked: u64,
+    pub memo_blocks: u64,
+    /// Memo rows to record: blocks this walk really verified (hashes, links, signatures).
+    pub new_spans: Vec<Span>,
 }
 
 impl WalkResult {
@@ -158,6 +271,7 @@ impl WalkResult {
 
 pub struct Walk {
     keys: KeyRing,
+    memo: Option<SpanMemo>,
     to_seq: u64,
     /// The next seq expected.
     next: u64,
@@ -175,6 +289,7 @@ impl Walk {
     pub fn new(registry: &[RegisteredKey], from_seq: u64, to_seq: u64, anchor_hash: Option<String>) -> Walk {
         Walk {
             keys: KeyRing::new(registry),
+            memo: None,
             to_seq,
             next: from_seq,
             prev: anchor_hash,
@@ -197,22 +312,39 @@ impl Walk {
                 gap_at_seq: None,
                 bad_signature_at_seq: None,
                 expected: (to_seq + 1).saturating_sub(from_seq),
+                ed25519_checked: 0,
+                memo_blocks: 0,
+                new_spans: Vec::new(),
             },
             pack_versions: BTreeSet::new(),
             key_ids: BTreeSet::new(),
         }
     }
 
+    /// Uses (and extends) the verified-span memo: complete blocks within one page that the memo
+    /// vouches for skip Ed25519; blocks verified for real become `new_spans`.
+    pub fn with_memo(mut self, memo: SpanMemo) -> Walk {
+        self.memo = Some(memo);
+        self
+    }
+
     /// The next page, ascending by seq, continuing where the last one ended. CPU-bound: call it
-    /// off the async runtime's threads for big pages.
+    /// off the async runtime's threads for big pages. Memo blocks are only used when a page
+    /// holds them whole: pages aligned to the block length avoid loose rows.
     pub fn feed(&mut self, rows: &[StoredReceipt]) {
-        let checks = check_rows(rows, &self.keys);
-        for (row, c) in rows.iter().zip(checks) {
-            self.step(row, c);
+        let page = check_rows(rows, &self.keys, self.memo.as_ref());
+        let chained: Vec<bool> = rows.iter().zip(page.rows).map(|(row, c)| self.step(row, c)).collect();
+        self.r.ed25519_checked += page.ed25519;
+        self.r.memo_blocks += page.memo_blocks;
+        for (start, end, span) in page.spans {
+            if chained[start..end].iter().all(|ok| *ok) {
+                self.r.new_spans.push(span);
+            }
         }
     }
 
-    fn step(&mut self, row: &StoredReceipt, c: RowCheck) {
+    /// Takes one receipt in order; true when its hash and its link both verified.
+    fn step(&mut self, row: &StoredReceipt, c: RowCheck) -> bool {
         let r = &mut self.r;
         let seq = row.receipt.seq;
         if seq != self.next {
@@ -220,7 +352,8 @@ impl Walk {
             self.prev = None;
         }
         let linked = self.prev.as_deref().is_some_and(|p| p == row.receipt.prev_hash);
-        if c.hash_ok && linked {
+        let chained = c.hash_ok && linked;
+        if chained {
             r.chain_verified_count += 1;
         } else if self.prev.is_some() || !c.hash_ok {
             r.broken_at_seq.get_or_insert(seq);
@@ -256,6 +389,7 @@ impl Walk {
         if !self.key_ids.contains(&row.key_id) {
             self.key_ids.insert(row.key_id.clone());
         }
+        chained
     }
 
     pub fn finish(mut self) -> WalkResult {
@@ -297,6 +431,7 @@ fn count_coverage(coverage: &mut [(&'static str, Coverage)], checks: &[canonical
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compliance::memo::MemoKey;
     use crate::receipts::canonical::{seal, Check, Receipt, GENESIS};
     use crate::receipts::signer::Signer;
 
@@ -421,6 +556,67 @@ mod tests {
         let r = walk(&s, &rows, 1, 30, Some(GENESIS.into()));
         assert!(r.chain_verified());
         assert_eq!(r.bad_signature_at_seq, Some(5));
+    }
+
+    fn memo_walk(s: &Signer, rows: &[StoredReceipt], spans: &[Span], key: [u8; 32], tenant: &str) -> WalkResult {
+        let memo = SpanMemo::new(MemoKey::from_bytes(key), tenant, 4, spans.to_vec());
+        let mut w = Walk::new(&registry(s), 1, 30, Some(GENESIS.into())).with_memo(memo);
+        for page in rows.chunks(8) {
+            w.feed(page);
+        }
+        w.finish()
+    }
+
+    #[test]
+    fn the_memo_vouches_for_really_verified_blocks_only() {
+        let s = Signer::from_seed(&[3; 32]);
+        let rows = chain(&s, 30); // blocks of 4: 1..=28 complete, 29 and 30 loose
+        let cold = memo_walk(&s, &rows, &[], [9; 32], "t");
+        assert!(cold.chain_verified() && cold.signatures_verified(), "{cold:?}");
+        assert_eq!((cold.ed25519_checked, cold.memo_blocks, cold.new_spans.len()), (30, 0, 7));
+        let spans = cold.new_spans.clone();
+        assert_eq!(spans[1].block_start, 5);
+
+        let warm = memo_walk(&s, &rows, &spans, [9; 32], "t");
+        assert!(warm.chain_verified() && warm.signatures_verified(), "{warm:?}");
+        assert_eq!((warm.ed25519_checked, warm.memo_blocks, warm.new_spans.len()), (2, 7, 0));
+        assert_eq!((warm.root, warm.signatures_verified_count), (cold.root, 30));
+
+        // A signature swapped inside a vouched-for block: that block falls back to Ed25519.
+        let mut bad = rows.clone();
+        bad[5].signature = rows[6].signature.clone(); // seq 6
+        let r = memo_walk(&s, &bad, &spans, [9; 32], "t");
+        assert!(r.chain_verified() && !r.signatures_verified());
+        assert_eq!((r.bad_signature_at_seq, r.memo_blocks, r.ed25519_checked), (Some(6), 6, 6));
+        assert!(r.new_spans.is_empty(), "a block with a bad signature is not recorded");
+
+        let mut bad = rows.clone();
+        bad[9].key_id = "0000000000000000".into(); // seq 10
+        let r = memo_walk(&s, &bad, &spans, [9; 32], "t");
+        assert_eq!((r.bad_signature_at_seq, r.memo_blocks), (Some(10), 6));
+
+        let mut bad = rows.clone();
+        bad[13].receipt.cost_usd = 9.0; // seq 14
+        let r = memo_walk(&s, &bad, &spans, [9; 32], "t");
+        assert_eq!((r.broken_at_seq, r.bad_signature_at_seq), (Some(14), Some(14)));
+
+        // Rows written under another key (forged without the master key) or for another tenant
+        // vouch for nothing; they are rewritten.
+        let r = memo_walk(&s, &rows, &spans, [1; 32], "t");
+        assert_eq!((r.ed25519_checked, r.memo_blocks, r.new_spans.len()), (30, 0, 7));
+        let r = memo_walk(&s, &rows, &spans, [9; 32], "other");
+        assert_eq!((r.ed25519_checked, r.memo_blocks), (30, 0));
+
+        // A block with a gap is not a block; a broken link is not recorded.
+        let mut gap = rows.clone();
+        gap.remove(6); // seq 7
+        let r = memo_walk(&s, &gap, &[], [9; 32], "t");
+        assert!(r.new_spans.iter().all(|sp| sp.block_start != 5), "{:?}", r.new_spans);
+        let mut relinked = rows.clone();
+        relinked[4].this_hash = "ab".repeat(32); // seq 5's stored hash: 5 broken, 6's link broken
+        let r = memo_walk(&s, &relinked, &[], [9; 32], "t");
+        assert_eq!(r.broken_at_seq, Some(5));
+        assert!(r.new_spans.iter().all(|sp| sp.block_start != 5), "{:?}", r.new_spans);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     text(var, "TOLLGATE_UPSTREAM_CA_FILE", &mut cfg.upstream.ca_file);
     number(var, "TOLLGATE_GRACE_PERIOD_SECONDS", &mut cfg.server.grace_period_seconds)?;
     number(var, "TOLLGATE_SNAPSHOT_REFRESH_MS", &mut cfg.storage.snapshot_refresh_ms)?;
+    number(var, "TOLLGATE_CHAIN_AUDIT_SECONDS", &mut cfg.storage.chain_audit_seconds)?;
     if let Some(v) = var("TOLLGATE_POLICY_DIR") {
         cfg.policies.dir = v.into();
     }

@@ -73,6 +73,8 @@ pub struct StorageSection {
     pub master_key_file: String,
     pub signing_key_file: String,
     pub snapshot_refresh_ms: u64,
+    /// How often the chain auditor walks blocks not yet in the verified-span memo; 0 = never.
+    pub chain_audit_seconds: u64,
 }
 
 /// Policy files on disk (read-only through the API), applied beside the tenants' API policies.
@@ -171,6 +173,7 @@ impl Default for StorageSection {
             master_key_file: String::new(),
             signing_key_file: String::new(),
             snapshot_refresh_ms: 2000,
+            chain_audit_seconds: 300,
         }
     }
 }

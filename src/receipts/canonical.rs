@@ -71,6 +71,13 @@ pub fn seal(receipt: Receipt, key: &SigningKey) -> Sealed {
 /// `costUsd` needs ECMAScript number formatting. A unit test holds it equal to the generic path.
 pub fn receipt_bytes(r: &Receipt) -> Vec<u8> {
     fn string(out: &mut Vec<u8>, s: &str) {
+        // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
+        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            out.push(b'"');
+            out.extend_from_slice(s.as_bytes());
+            out.push(b'"');
+            return;
+        }
         serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
     }
     fn member(out: &mut Vec<u8>, name: &str) {

@@ -18,6 +18,7 @@ pub mod policies;
 pub mod providers;
 pub mod receipts;
 pub mod rows;
+pub mod spans;
 pub mod spend;
 pub mod teams;
 pub mod tenants;

@@ -265,6 +265,186 @@ pub async fn seq_range(
         .await
 }
 
+/// The columns of a packed page, in order: numbers are written as their decimal text and a `;`,
+/// text as its byte length, a `:` and the bytes, so no value needs escaping and none can be
+/// mistaken for a separator. `cost_usd` travels as text that converts back to the same `f64`
+/// (SQLite's `quote()` falls back to 20 digits when 15 do not round-trip; PostgreSQL prints the
+/// shortest exact form), so every recomputed hash sees the stored value.
+const PACKED: [(&str, Field); 19] = [
+    ("seq", Field::Number),
+    ("receipt_id", Field::Text),
+    ("v", Field::Number),
+    ("request_id", Field::Text),
+    ("actor", Field::Text),
+    ("provider", Field::Text),
+    ("model", Field::Text),
+    ("prompt_tokens", Field::Number),
+    ("completion_tokens", Field::Number),
+    ("cost_usd", Field::Number),
+    ("checks", Field::Text),
+    ("upstream_status", Field::Text),
+    ("ts", Field::Text),
+    ("prev_hash", Field::Text),
+    ("this_hash", Field::Text),
+    ("signature", Field::Text),
+    ("key_id", Field::Text),
+    ("kind", Field::Text),
+    ("receipt_pack_version", Field::Text),
+];
+
+#[derive(Clone, Copy)]
+enum Field {
+    Number,
+    Text,
+}
+
+/// The `concat(...)` arguments that pack one receipt.
+fn packed_row(backend: Backend) -> String {
+    let parts: Vec<String> = PACKED
+        .iter()
+        .map(|(col, kind)| match (kind, *col, backend) {
+            (Field::Number, "cost_usd", Backend::Sqlite) => "quote(cost_usd), ';'".to_string(),
+            (Field::Number, "cost_usd", Backend::Postgres) => "cost_usd::text, ';'".to_string(),
+            (Field::Number, col, _) => format!("{col}, ';'"),
+            (Field::Text, col, _) => format!("octet_length({col}), ':', {col}"),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// The rows of [`seq_range`] packed by the database into one text value (see `PACKED`): one
+/// value back instead of one row per receipt. Per-row driver work (a channel hop between
+/// threads, the Any conversion, a copy per column) was most of a chain walk's time. Decode with
+/// [`unpack`], off the async runtime.
+pub async fn seq_range_packed(
+    store: &Store,
+    tenant_id: &str,
+    from: u64,
+    to: u64,
+    limit: i64,
+) -> Result<String, StoreError> {
+    let t = tenant_id.to_string();
+    store
+        .run(move |pool, backend| async move {
+            // The aggregate takes the ordered subquery's rows as they come (no ORDER BY inside
+            // it: sorting a page again would spill megabytes to temporary files); `unpack`
+            // sorts a page that is ever out of order.
+            let page = "FROM (SELECT seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
+                        completion_tokens, cost_usd, checks, upstream_status, ts, prev_hash, this_hash, signature, \
+                        key_id, kind, receipt_pack_version FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
+                        LIMIT $4) AS r";
+            let row = packed_row(backend);
+            let sql = match backend {
+                Backend::Sqlite => format!("SELECT group_concat(concat({row}), '') AS page {page}"),
+                Backend::Postgres => format!("SELECT string_agg(concat({row}), '') AS page {page}"),
+            };
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(from as i64)
+                .bind(to as i64)
+                .bind(limit)
+                .fetch_one(&pool)
+                .await?;
+            Ok(row.try_get::<Option<String>, _>("page")?.unwrap_or_default())
+        })
+        .await
+}
+
+/// Reads a packed page value by value.
+struct Unpacker<'a> {
+    page: &'a str,
+    at: usize,
+}
+
+impl<'a> Unpacker<'a> {
+    fn bad(&self, what: &str) -> StoreError {
+        StoreError::Other(format!("receipt page: {what} at byte {}", self.at))
+    }
+
+    fn number(&mut self) -> Result<&'a str, StoreError> {
+        let rest = &self.page[self.at..];
+        let end = rest.find(';').ok_or_else(|| self.bad("unterminated number"))?;
+        self.at += end + 1;
+        Ok(&rest[..end])
+    }
+
+    fn text(&mut self) -> Result<&'a str, StoreError> {
+        let rest = &self.page[self.at..];
+        let colon = rest.find(':').ok_or_else(|| self.bad("text without length"))?;
+        let len: usize = rest[..colon].parse().map_err(|_| self.bad("bad text length"))?;
+        let value = rest.get(colon + 1..colon + 1 + len).ok_or_else(|| self.bad("text past the end"))?;
+        self.at += colon + 1 + len;
+        Ok(value)
+    }
+
+    fn int(&mut self) -> Result<u64, StoreError> {
+        let n = self.number()?;
+        n.parse::<u64>().map_err(|_| self.bad("bad integer"))
+    }
+}
+
+/// Decodes a page from [`seq_range_packed`] (CPU-bound: call it on a blocking thread).
+pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreError> {
+    let mut u = Unpacker { page, at: 0 };
+    // A page holds few distinct check lists: parse each once.
+    let mut lists: Vec<(&str, Vec<Check>)> = Vec::new();
+    let mut out = Vec::new();
+    while u.at < page.len() {
+        let seq = u.int()?;
+        let receipt_id = u.text()?.to_string();
+        let v = u.int()? as u32;
+        let request_id = u.text()?.to_string();
+        let actor = u.text()?.to_string();
+        let provider = u.text()?.to_string();
+        let model = u.text()?.to_string();
+        let prompt_tokens = u.int()?;
+        let completion_tokens = u.int()?;
+        let cost = u.number()?;
+        let cost_usd: f64 = cost.trim().parse().map_err(|_| u.bad("bad cost_usd"))?;
+        let checks_text = u.text()?;
+        let checks = match lists.iter().find(|(t, _)| *t == checks_text) {
+            Some((_, c)) => c.clone(),
+            None => {
+                let c: Vec<Check> = serde_json::from_str(checks_text)
+                    .map_err(|e| StoreError::Other(format!("receipt page: checks column: {e}")))?;
+                if lists.len() < 32 {
+                    lists.push((checks_text, c.clone()));
+                }
+                c
+            }
+        };
+        let receipt = Receipt {
+            v,
+            tenant_id: tenant_id.to_string(),
+            seq,
+            receipt_id,
+            request_id,
+            actor,
+            provider,
+            model,
+            prompt_tokens,
+            completion_tokens,
+            cost_usd,
+            checks,
+            upstream_status: u.text()?.to_string(),
+            ts: u.text()?.to_string(),
+            prev_hash: u.text()?.to_string(),
+        };
+        out.push(StoredReceipt {
+            receipt,
+            this_hash: u.text()?.to_string(),
+            signature: u.text()?.to_string(),
+            key_id: u.text()?.to_string(),
+            kind: u.text()?.to_string(),
+            pack_version: u.text()?.to_string(),
+        });
+    }
+    if !out.is_sorted_by_key(|r| r.receipt.seq) {
+        out.sort_by_key(|r| r.receipt.seq);
+    }
+    Ok(out)
+}
+
 /// The stored `this_hash` of one seq (the link into a range), if that receipt exists.
 pub async fn hash_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
     let t = tenant_id.to_string();
@@ -285,6 +465,20 @@ pub async fn count_all(store: &Store) -> Result<i64, StoreError> {
         .run(|pool, _| async move {
             let row = sqlx::query("SELECT COUNT(*) AS n FROM receipts").fetch_one(&pool).await?;
             Ok(row.try_get::<i64, _>("n")?)
+        })
+        .await
+}
+
+/// Every tenant's chain head `(tenant_id, seq)`.
+pub async fn chain_heads(store: &Store) -> Result<Vec<(String, u64)>, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let rows =
+                sqlx::query("SELECT tenant_id, seq FROM chain_heads ORDER BY tenant_id").fetch_all(&pool).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get::<String, _>("tenant_id")?, r.try_get::<i64, _>("seq")?.max(0) as u64)))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(StoreError::from)
         })
         .await
 }

@@ -10,6 +10,7 @@ use super::super::{BodyStream, Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::compliance::attestation::{self, MERKLE_ALGORITHM};
 use crate::compliance::bundle::BundleWriter;
+use crate::compliance::memo::MemoKey;
 use crate::compliance::period::{self, PeriodSpec, DEFAULT_DAYS, MAX_DAYS};
 use crate::compliance::{inclusion, DISCLAIMER, SCOPE};
 use crate::error::ApiError;
@@ -66,7 +67,9 @@ pub async fn attestation(app: &App, caller: &Caller, req: &Req) -> Handled {
     let tenant = caller.tenant();
     let period = period::resolve(&app.store, tenant, &spec).await?;
     let registry = signer::registry(&app.store).await?;
-    let walked = attestation::walk_period(&app.store, tenant, &period, &registry).await?;
+    let memo_key = MemoKey::from_master(&app.master);
+    let (walked, _recording) =
+        attestation::walk_period(&app.store, tenant, &period, &registry, Some(&memo_key)).await?;
     let doc = attestation::document(
         tenant,
         &period,
@@ -134,7 +137,9 @@ pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {
     let registry = signer::registry(&app.store).await?;
     let filename = format!("evidence-bundle-seq-{}-{}.json", period.from_seq, period.to_seq);
     let packs = packs_in_force(app, tenant);
-    let writer = BundleWriter::start(&app.store, tenant, period, registry, packs, app.signer.clone()).await?;
+    let memo_key = MemoKey::from_master(&app.master);
+    let writer =
+        BundleWriter::start(&app.store, tenant, period, registry, packs, app.signer.clone(), Some(&memo_key)).await?;
     let headers = vec![
         ("content-type", "application/json".to_string()),
         ("content-disposition", format!("attachment; filename=\"{filename}\"")),
