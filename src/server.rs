@@ -196,15 +196,20 @@ impl BackgroundService for ChainAuditor {
         let period = Duration::from_secs(self.app.config.storage.chain_audit_seconds.max(1));
         let key = crate::compliance::memo::MemoKey::from_master(&self.app.master);
         let mut auditor = crate::compliance::auditor::Auditor::default();
-        let mut timer = tokio::time::interval(period);
-        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        timer.tick().await;
+        let mut wait = period;
         loop {
             tokio::select! {
-                _ = timer.tick() => {
-                    if let Err(e) = auditor.pass(&self.app.store, &key).await {
-                        log::warn!("chain audit pass failed (retried next interval): {e}");
-                    }
+                _ = tokio::time::sleep(wait) => {
+                    let started = std::time::Instant::now();
+                    let walked = match auditor.pass(&self.app.store, &key).await {
+                        Ok(n) => Some(n),
+                        Err(e) => {
+                            log::warn!("chain audit pass failed (retried next interval): {e}");
+                            None
+                        }
+                    };
+                    // A full pass means more blocks may be waiting: catch up after a pause.
+                    wait = crate::compliance::auditor::next_wait(walked, started.elapsed(), period);
                 }
                 _ = shutdown.changed() => return,
             }
