@@ -16,6 +16,31 @@ pub use self::http::Resp;
 #[allow(unused_imports)]
 pub use standin::Standin;
 
+/// Whether process `pid` holds a listening TCP socket on 127.0.0.1/0.0.0.0 `port` (Linux
+/// `/proc`); true where `/proc` cannot tell, so other systems keep the plain readiness check.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else { return true };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return true };
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit(':').next()?;
+            (u16::from_str_radix(local_port, 16).ok()? == port && *f.get(3)? == "0A")
+                .then(|| f.get(9).map(|s| s.to_string()))?
+        })
+        .collect();
+    let ours: Vec<String> = fds
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|t| {
+            t.to_str().and_then(|t| t.strip_prefix("socket:[")).map(|t| t.trim_end_matches(']').to_string())
+        })
+        .collect();
+    inodes.iter().any(|i| ours.contains(i))
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -155,7 +180,18 @@ impl Gateway {
             if TcpStream::connect(self.mgmt).is_ok() && TcpStream::connect(self.gw).is_ok() {
                 let r = http::request(self.mgmt, "GET", "/status", &[], b"");
                 if r.status == 200 {
-                    return true;
+                    // A port picked by free_port() can be taken by a server of a parallel test
+                    // before ours binds it; then the answers come from that server. Only ports
+                    // this child listens on count.
+                    let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                    if [self.gw, self.mgmt, self.metrics].iter().all(|a| listens_on(pid, a.port())) {
+                        return true;
+                    }
+                    if let Some(mut c) = self.child.take() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    return false;
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
