@@ -46,17 +46,7 @@ pub async fn last_seq_before(store: &Store, tenant_id: &str, before_ts: &str) ->
 
 /// The stored `ts` of one seq, if that receipt exists.
 pub async fn ts_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
-    let t = tenant_id.to_string();
-    store
-        .run(move |pool, _| async move {
-            let row = sqlx::query("SELECT ts FROM receipts WHERE tenant_id = $1 AND seq = $2")
-                .bind(t)
-                .bind(seq as i64)
-                .fetch_optional(&pool)
-                .await?;
-            Ok(row.map(|r| r.get::<String, _>("ts")))
-        })
-        .await
+    super::receipts::text_at(store, tenant_id, seq, "ts").await
 }
 
 /// `(seq, this_hash)` of receipts with `from <= seq <= to`, ascending, at most `limit`: the

@@ -447,15 +447,22 @@ pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreEr
 
 /// The stored `this_hash` of one seq (the link into a range), if that receipt exists.
 pub async fn hash_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+    text_at(store, tenant_id, seq, "this_hash").await
+}
+
+/// One text column of the receipt at `seq`, if that receipt exists.
+pub(super) async fn text_at(
+    store: &Store,
+    tenant_id: &str,
+    seq: u64,
+    column: &'static str,
+) -> Result<Option<String>, StoreError> {
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
-            let row = sqlx::query("SELECT this_hash FROM receipts WHERE tenant_id = $1 AND seq = $2")
-                .bind(t)
-                .bind(seq as i64)
-                .fetch_optional(&pool)
-                .await?;
-            Ok(row.map(|r| r.get::<String, _>("this_hash")))
+            let sql = format!("SELECT {column} FROM receipts WHERE tenant_id = $1 AND seq = $2");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(seq as i64).fetch_optional(&pool).await?;
+            Ok(row.map(|r| r.get::<String, _>(0)))
         })
         .await
 }
