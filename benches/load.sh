@@ -89,6 +89,7 @@ fi
 # ---- processes and cleanup ------------------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-load.XXXXXX")
 PIDS=()
+declare -A PID_OF
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -123,6 +124,7 @@ start() {
   "$@" >"$WORK/$name.log" 2>&1 &
   LAST_PID=$!
   PIDS+=("$LAST_PID")
+  PID_OF[$name]=$LAST_PID
 }
 
 # wait_http NAME PID URL: until URL answers 200 (30 s), failing early if the process died.
@@ -279,6 +281,13 @@ other_cpu() {
     printf "%.1f", (d > 0 ? 100 * o / d : 0) }'
 }
 
+# proc_ticks PID -> user + system clock ticks the process has used so far
+proc_ticks() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }'; }
+# The process serving a target (the stand-in serves `direct` itself).
+server_of() { case "$1" in direct) echo standin ;; *) echo "$1" ;; esac; }
+# us_per_req TICKS REQUESTS -> CPU microseconds per request
+us_per_req() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }'; }
+
 run_wrk() { # run_wrk OUT DURATION URL [--latency]
   local out=$1 dur=$2 url=$3
   shift 3
@@ -300,15 +309,19 @@ fi
 for r in $(seq "$ROUNDS"); do
   for t in $TARGETS; do
     run_wrk "$WORK/$t.warmup.$r" "$WARMUP" "${URL[$t]}"
+    srv=${PID_OF[$(server_of "$t")]}
     before="$(cpu_ticks) $(our_ticks)"
+    srv0=$(proc_ticks "$srv")
     run_wrk "$WORK/$t.wrk.$r" "$DURATION" "${URL[$t]}" --latency
+    srv1=$(proc_ticks "$srv")
     after="$(cpu_ticks) $(our_ticks)"
     other=$(other_cpu "$before" "$after")
     line=$(parse_wrk "$WORK/$t.wrk.$r") || { cat "$WORK/$t.wrk.$r" >&2; die "could not parse wrk output for $t"; }
-    echo "$t $line $other $r" >>"$WORK/raw"
     read -r rps p50 p99 non2xx err n <<<"$line"
-    printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  (%s requests, %s non-2xx, %s socket errors, other CPU %s%%)\n' \
-      "$r" "$t" "$rps" "$p50" "$p99" "$n" "$non2xx" "$err" "$other"
+    cpu=$(us_per_req $((srv1 - srv0)) "$n")
+    echo "$t $line $other $r $cpu" >>"$WORK/raw"
+    printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  %7s us CPU/req  (%s requests, %s non-2xx, %s socket errors, other CPU %s%%)\n' \
+      "$r" "$t" "$rps" "$p50" "$p99" "$cpu" "$n" "$non2xx" "$err" "$other"
   done
 done
 
@@ -316,7 +329,7 @@ done
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$WORK/raw"; }
 sum() { awk -v t="$1" -v c="$2" '$1 == t { s += $c } END { print s + 0 }' "$WORK/raw"; }
-declare -A RPS P50 P99 BAD ERR OTHER
+declare -A RPS P50 P99 BAD ERR OTHER CPU
 for t in $TARGETS; do
   RPS[$t]=$(col "$t" 2 | median)
   P50[$t]=$(col "$t" 3 | median)
@@ -324,12 +337,13 @@ for t in $TARGETS; do
   BAD[$t]=$(sum "$t" 5)
   ERR[$t]=$(sum "$t" 6)
   OTHER[$t]=$(col "$t" 8 | sort -g | tail -n1)
+  CPU[$t]=$(col "$t" 10 | median)
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 
 echo
 [ "$ROUNDS" -gt 1 ] && echo "medians of $ROUNDS rounds"
-printf '%-10s %11s %9s %9s %8s %8s %7s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms non-2xx sockerr other% \
+printf '%-10s %11s %9s %9s %10s %8s %8s %7s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms cpu_us/req non-2xx sockerr other% \
   "rps/dir" "p50/dir" "p99/dir"
 for t in $TARGETS; do
   if want direct; then
@@ -339,16 +353,17 @@ for t in $TARGETS; do
   else
     r1=- r2=- r3=-
   fi
-  printf '%-10s %11.0f %9.3f %9.3f %8d %8d %7s   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" \
+  printf '%-10s %11.0f %9.3f %9.3f %10s %8d %8d %7s   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${CPU[$t]}" \
     "${BAD[$t]}" "${ERR[$t]}" "${OTHER[$t]}" "$r1" "$r2" "$r3"
 done
 
 if want bare && want tollgate; then
   echo
   awk -v tr="${RPS[tollgate]}" -v br="${RPS[bare]}" -v t50="${P50[tollgate]}" -v b50="${P50[bare]}" \
-    -v t99="${P99[tollgate]}" -v b99="${P99[bare]}" 'BEGIN {
+    -v t99="${P99[tollgate]}" -v b99="${P99[bare]}" -v tc="${CPU[tollgate]}" -v bc="${CPU[bare]}" 'BEGIN {
       printf "HEADLINE Tollgate vs bare Pingora: throughput %.2fx (%+.1f%%), p50 %.2fx (%+.3f ms), p99 %.2fx (%+.3f ms)\n",
         tr / br, (tr / br - 1) * 100, t50 / b50, t50 - b50, t99 / b99, t99 - b99
+      printf "CPU per request in the proxy process: Tollgate %.1f us, bare Pingora %.1f us (Tollgate adds %.1f us)\n", tc, bc, tc - bc
     }'
   if [ "$ROUNDS" -gt 1 ]; then
     # The same ratio within each round (the two runs are minutes apart at most), and its median.

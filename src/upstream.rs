@@ -145,24 +145,33 @@ impl UpstreamClient {
         base: &BaseUrl,
         method: &str,
         path: &str,
-        headers: &[(&str, String)],
+        headers: &[(&'static str, String)],
         body: Bytes,
     ) -> Result<UpstreamResponse<'_>, UpstreamError> {
         let peer = self.peer(base).await?;
-        let full_path = format!("{}{}", base.prefix, path);
-        let mut req = RequestHeader::build(method, full_path.as_bytes(), None)
-            .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
-        let set = |req: &mut RequestHeader, k: &str, v: String| {
-            req.insert_header(k.to_string(), v)
-                .map_err(|_| UpstreamError::Failed(format!("invalid value for header {k}")))
+        let full_path;
+        let path = if base.prefix.is_empty() {
+            path
+        } else {
+            full_path = format!("{}{}", base.prefix, path);
+            &full_path
         };
-        set(&mut req, "host", base.authority())?;
-        for (k, v) in headers {
-            set(&mut req, k, v.clone())?;
-        }
-        if method != "GET" || !body.is_empty() {
-            set(&mut req, "content-length", body.len().to_string())?;
-        }
+        let authority = base.authority();
+        let length = (method != "GET" || !body.is_empty()).then(|| body.len().to_string());
+        // Built per attempt (a retry needs a fresh one) rather than built once and deep-cloned.
+        let build = || -> Result<Box<RequestHeader>, UpstreamError> {
+            let mut req = RequestHeader::build(method, path.as_bytes(), Some(headers.len() + 2))
+                .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
+            let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
+            req.insert_header("host", authority.as_str()).map_err(|_| bad("host"))?;
+            for (k, v) in headers {
+                req.insert_header(*k, v.as_str()).map_err(|_| bad(k))?;
+            }
+            if let Some(len) = &length {
+                req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;
+            }
+            Ok(Box::new(req))
+        };
 
         // A pooled connection may have been closed by the server while idle; that is not the
         // provider failing, so such a failure (never a timeout) is retried once on another one.
@@ -174,8 +183,9 @@ impl UpstreamClient {
             // The connector does not carry the peer's read/write timeouts into the session.
             session.set_read_timeout(Some(self.timeouts.read));
             session.set_write_timeout(Some(self.timeouts.read));
+            let req = build()?;
             let sent = async {
-                session.write_request_header(Box::new(req.clone())).await?;
+                session.write_request_header(req).await?;
                 if !body.is_empty() {
                     session.write_request_body(body.clone(), true).await?;
                 }
@@ -193,25 +203,34 @@ impl UpstreamClient {
                 }
             }
         };
-        let header =
-            session.response_header().cloned().ok_or_else(|| UpstreamError::Failed("no response header".into()))?;
-        Ok(UpstreamResponse { client: self, session: Some(session), peer, header, done: false })
+        if session.response_header().is_none() {
+            return Err(UpstreamError::Failed("no response header".into()));
+        }
+        Ok(UpstreamResponse { client: self, session, peer, done: false })
     }
 }
 
 pub struct UpstreamResponse<'a> {
     client: &'a UpstreamClient,
-    session: Option<HttpSession>,
+    session: HttpSession,
     peer: HttpPeer,
-    pub header: ResponseHeader,
     done: bool,
 }
 
 impl UpstreamResponse<'_> {
+    /// The answer's header, as the session holds it (read before the body; never cloned).
+    pub fn header(&self) -> &ResponseHeader {
+        static NONE: std::sync::OnceLock<ResponseHeader> = std::sync::OnceLock::new();
+        // `send` only returns sessions that hold a response header.
+        self.session.response_header().unwrap_or_else(|| NONE.get_or_init(|| ResponseHeader::build(502, None).unwrap()))
+    }
+
     /// The next body chunk; `None` at the end of the body.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
-        let Some(s) = self.session.as_mut() else { return Ok(None) };
-        match s.read_response_body().await {
+        if self.done {
+            return Ok(None);
+        }
+        match self.session.read_response_body().await {
             Ok(Some(b)) => Ok(Some(b)),
             Ok(None) => {
                 self.done = true;
@@ -234,12 +253,10 @@ impl UpstreamResponse<'_> {
     }
 
     /// Returns a fully read connection to the pool; an unfinished one is dropped (closed).
-    pub async fn release(mut self) {
-        if let Some(s) = self.session.take() {
-            if self.done {
-                let idle = Some(self.client.timeouts.idle_pool);
-                self.client.connector.release_http_session(s, &self.peer, idle).await;
-            }
+    pub async fn release(self) {
+        if self.done {
+            let idle = Some(self.client.timeouts.idle_pool);
+            self.client.connector.release_http_session(self.session, &self.peer, idle).await;
         }
     }
 }

@@ -206,8 +206,7 @@ pub fn document(
     let head = tree_head_bytes(tenant, period.from_seq, period.to_seq, w.leaf_count, &root);
     let signature = {
         use base64::Engine;
-        use ed25519_dalek::Signer as _;
-        base64::engine::general_purpose::STANDARD.encode(signer.signing_key().sign(&head).to_bytes())
+        base64::engine::general_purpose::STANDARD.encode(signer.sign(&head))
     };
     let coverage: Vec<Value> = w
         .coverage

@@ -477,7 +477,7 @@ mod tests {
                     ts: "2026-11-23 00:00:00.000".into(),
                     prev_hash: prev.clone(),
                 };
-                let sealed = seal(receipt, s.signing_key());
+                let sealed = seal(receipt, s);
                 prev = sealed.this_hash.clone();
                 StoredReceipt {
                     receipt: sealed.receipt,

@@ -73,8 +73,8 @@ fn answer_header(
     status: u16,
     plan_headers: &[(&'static str, String)],
 ) -> Option<ResponseHeader> {
-    let mut header = ResponseHeader::build(status, Some(resp.header.headers.len() + plan_headers.len() + 1)).ok()?;
-    for (name, value) in resp.header.headers.iter() {
+    let mut header = ResponseHeader::build(status, Some(resp.header().headers.len() + plan_headers.len() + 1)).ok()?;
+    for (name, value) in resp.header().headers.iter() {
         if !HOP_HEADERS.contains(&name.as_str()) {
             let _ = header.append_header(name.clone(), value.clone());
         }
@@ -86,12 +86,12 @@ fn answer_header(
 }
 
 fn content_type(resp: &UpstreamResponse<'_>) -> String {
-    resp.header.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+    resp.header().headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
 }
 
 pub async fn relay(session: &mut Session, resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
     let is_sse = content_type(&resp).starts_with("text/event-stream");
-    let ok = resp.header.status.is_success();
+    let ok = resp.header().status.is_success();
     if plan.cx.scan_answer && ok && !is_sse {
         relay_whole(session, resp, plan).await
     } else {
@@ -101,7 +101,7 @@ pub async fn relay(session: &mut Session, resp: UpstreamResponse<'_>, plan: Rela
 
 /// A JSON answer an answer-side check must see whole: read it, check it, then send it.
 async fn relay_whole(session: &mut Session, mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
-    let status = resp.header.status.as_u16();
+    let status = resp.header().status.as_u16();
     let ctype = content_type(&resp);
     let mut out = Relayed { status, usage: None, outcome: UpstreamOutcome::Fail, client_gone: false, captured: None };
     let body = match resp.read_all(USAGE_BODY_CAP).await {
@@ -155,9 +155,9 @@ async fn relay_streaming(
     plan: RelayPlan<'_>,
     is_sse: bool,
 ) -> Relayed {
-    let status = resp.header.status.as_u16();
+    let status = resp.header().status.as_u16();
     let ctype = content_type(&resp);
-    let upstream_len = resp.header.headers.get(http::header::CONTENT_LENGTH).cloned();
+    let upstream_len = resp.header().headers.get(http::header::CONTENT_LENGTH).cloned();
     let mut out = Relayed { status, usage: None, outcome: UpstreamOutcome::Fail, client_gone: false, captured: None };
     let Some(mut header) = answer_header(&resp, status, plan.headers) else { return out };
     match (&upstream_len, is_sse) {

@@ -83,7 +83,7 @@ pub async fn test(app: &App, caller: &Caller, provider: &str) -> Handled {
             }
             match app.upstream.send(&cred.base_url, "GET", "/v1/models", &headers, Bytes::new()).await {
                 Ok(mut resp) => {
-                    let status = resp.header.status.as_u16();
+                    let status = resp.header().status.as_u16();
                     let _ = resp.read_all(1 << 20).await;
                     resp.release().await;
                     if (200..300).contains(&status) {

@@ -51,8 +51,7 @@ pub async fn get(app: &App) -> Handled {
     let probe = b"tollgate status probe";
     let sig = {
         use base64::Engine;
-        use ed25519_dalek::Signer as _;
-        base64::engine::general_purpose::STANDARD.encode(app.signer.signing_key().sign(probe).to_bytes())
+        base64::engine::general_purpose::STANDARD.encode(app.signer.sign(probe))
     };
     let signer_ok =
         crate::receipts::canonical::verify_signature(probe, &sig, &app.signer.signing_key().verifying_key().to_bytes());

@@ -3,7 +3,7 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -59,7 +59,7 @@ pub struct Sealed {
     pub signature: String,
 }
 
-pub fn seal(receipt: Receipt, key: &SigningKey) -> Sealed {
+pub fn seal(receipt: Receipt, key: &crate::receipts::signer::Signer) -> Sealed {
     let mut s = hash_only(receipt);
     sign(&mut s, key);
     s
@@ -138,8 +138,8 @@ pub fn hash_only(receipt: Receipt) -> Sealed {
     Sealed { receipt, canonical, this_hash, signature: String::new() }
 }
 
-pub fn sign(s: &mut Sealed, key: &SigningKey) {
-    s.signature = B64.encode(key.sign(&s.canonical).to_bytes());
+pub fn sign(s: &mut Sealed, key: &crate::receipts::signer::Signer) {
+    s.signature = B64.encode(key.sign(&s.canonical));
 }
 
 /// Batches at least this large are signed on several threads.
@@ -147,7 +147,7 @@ const PARALLEL_FROM: usize = 256;
 
 /// Signs many at once. Signatures do not depend on each other (only hashes chain), so a
 /// batch is split over the machine's cores.
-pub fn sign_all(items: &mut [Sealed], key: &SigningKey) {
+pub fn sign_all(items: &mut [Sealed], key: &crate::receipts::signer::Signer) {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
     // Threads pay off only for big batches (a backlog to catch up on); under steady load the
     // batches are small and the cores are busy serving requests anyway.
@@ -250,8 +250,9 @@ mod tests {
     /// cannot drift without this test failing.
     #[test]
     fn golden_receipt_bytes_hash_signature() {
-        let key = SigningKey::from_bytes(&[7u8; 32]);
-        let sealed = seal(golden_receipt(), &key);
+        let signer = crate::receipts::signer::Signer::from_seed(&[7u8; 32]);
+        let key = signer.signing_key();
+        let sealed = seal(golden_receipt(), &signer);
         assert_eq!(
             String::from_utf8(sealed.canonical.clone()).unwrap(),
             concat!(

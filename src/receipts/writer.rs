@@ -23,8 +23,11 @@ use crate::store::{self, Store};
 
 pub const QUEUE_CAPACITY: usize = 65_536;
 pub const MAX_BATCH: usize = 1024;
-/// How long the writer gathers a batch after its first receipt.
-const LINGER: Duration = Duration::from_millis(5);
+/// How long the writer gathers a batch after its first receipt. Every batch pays a fixed
+/// price (a transaction, the chain head, spend rows, a dozen hand-offs to the SQLite thread);
+/// at 5 ms a busy gateway wrote ~30 receipts a batch, at 20 ms ~100, for a few µs less CPU
+/// per request. Nobody waits on it: receipts become readable at most this much later.
+const LINGER: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Default)]
 pub struct WriterStats {

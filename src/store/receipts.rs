@@ -63,6 +63,23 @@ fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
 /// positional `?` binds on SQLite, larger statements keep paying off; see `benches/receipts.rs`.
 const ROWS_PER_INSERT: usize = 128;
 
+/// Statement sizes a batch is cut into: the largest first, then smaller ones for the rest.
+/// Every distinct row count is a distinct statement to prepare and cache; cutting
+/// `rows.chunks(128)` gave each batch's remainder its own size, so nearly every batch prepared
+/// a new statement of up to 3 000 parameters and churned the connection's statement cache.
+/// With these sizes there are four statements per table, prepared once per connection.
+const INSERT_SIZES: [usize; 4] = [ROWS_PER_INSERT, 32, 8, 1];
+
+/// Cuts `rows` into slices whose lengths are all in [`INSERT_SIZES`].
+fn statement_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        let size = INSERT_SIZES.iter().copied().find(|&s| s <= rows.len())?;
+        let (head, rest) = rows.split_at(size);
+        rows = rest;
+        Some(head)
+    })
+}
+
 /// Appends a batch in one transaction: per tenant (in id order, so concurrent writers lock
 /// heads in the same order), lock the chain head, assign `seq`/`prevHash`, seal, insert, move
 /// the head. On PostgreSQL the head row is locked (`FOR UPDATE`) so several gateway processes
@@ -103,14 +120,14 @@ pub async fn append_batch(
                     sealed.push(s);
                     sides.push(side);
                 }
-                canonical::sign_all(&mut sealed, signer.signing_key());
+                canonical::sign_all(&mut sealed, &signer);
                 let rows: Vec<(Sealed, Sides)> = sealed.into_iter().zip(sides).collect();
-                for chunk in rows.chunks(ROWS_PER_INSERT) {
+                for chunk in statement_chunks(&rows) {
                     insert_receipts(&mut tx, backend, chunk, &signer.key_id).await?;
                 }
                 let events: Vec<(&Sealed, &GuardEvent)> =
                     rows.iter().flat_map(|(s, side)| side.events.iter().map(move |e| (s, e))).collect();
-                for chunk in events.chunks(ROWS_PER_INSERT) {
+                for chunk in statement_chunks(&events) {
                     insert_events(&mut tx, backend, chunk).await?;
                 }
                 // Spend moves with its receipts: all of it lands, or none of it.
@@ -611,4 +628,21 @@ async fn insert_events(
     }
     q.execute(&mut **tx).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_into_the_few_cached_statement_sizes() {
+        for n in 0..600usize {
+            let rows: Vec<usize> = (0..n).collect();
+            let chunks: Vec<&[usize]> = statement_chunks(&rows).collect();
+            assert!(chunks.iter().all(|c| INSERT_SIZES.contains(&c.len())), "n={n}");
+            assert_eq!(chunks.concat(), rows, "every row once, in order (n={n})");
+        }
+        let sizes: Vec<usize> = statement_chunks(&[0u8; 300]).map(<[u8]>::len).collect();
+        assert_eq!(sizes, [128, 128, 32, 8, 1, 1, 1, 1]);
+    }
 }

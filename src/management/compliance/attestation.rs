@@ -126,8 +126,7 @@ pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handl
 
 fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
     use base64::Engine;
-    use ed25519_dalek::Signer as _;
-    base64::engine::general_purpose::STANDARD.encode(signer.signing_key().sign(bytes).to_bytes())
+    base64::engine::general_purpose::STANDARD.encode(signer.sign(bytes))
 }
 
 pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {
