@@ -44,9 +44,7 @@ fn bench_seal(c: &mut Criterion) {
     });
     c.bench_function("JCS of one receipt", |b| b.iter(|| tollgate::receipts::canonical::canonical_bytes(&receipt)));
     let bytes = tollgate::receipts::canonical::canonical_bytes(&receipt);
-    c.bench_function("Ed25519 sign of one receipt", |b| {
-        b.iter(|| signer.sign(&bytes))
-    });
+    c.bench_function("Ed25519 sign of one receipt", |b| b.iter(|| signer.sign(&bytes)));
     let sealed = seal(receipt.clone(), &signer);
     let public = signer.signing_key().verifying_key().to_bytes();
     c.bench_function("Ed25519 verify of one receipt", |b| {

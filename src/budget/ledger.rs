@@ -184,7 +184,7 @@ impl Ledger {
                     return Err(exceeded(m, spent + reserved));
                 }
             }
-            *st.reserved.entry(period_key.clone()).or_default() += amount;
+            add(&mut st.reserved, &period_key, amount);
             drop(st);
             held.holds.push(Hold { entry, period_key, amount });
         }
@@ -210,8 +210,8 @@ impl Ledger {
                 let Some(id) = id else { continue };
                 let entry = Self::entry(entries, id);
                 let mut st = entry.lock();
-                *st.spent.entry(TOTAL.to_string()).or_default() += actual_usd;
-                *st.spent.entry(month.clone()).or_default() += actual_usd;
+                add(&mut st.spent, TOTAL, actual_usd);
+                add(&mut st.spent, &month, actual_usd);
                 prune_months(&mut st, &month);
             }
         }
@@ -230,6 +230,16 @@ impl Ledger {
         let Some(entries) = self.map(scope) else { return 0.0 };
         let entry = entries.read().unwrap_or_else(|e| e.into_inner()).get(scope_id).cloned();
         entry.and_then(|e| e.lock().reserved.get(&period.key(now)).copied()).unwrap_or(0.0)
+    }
+}
+
+/// `map[period] += usd`, allocating the key only the first time a period is seen.
+fn add(map: &mut HashMap<String, f64>, period: &str, usd: f64) {
+    match map.get_mut(period) {
+        Some(v) => *v += usd,
+        None => {
+            map.insert(period.to_string(), usd);
+        }
     }
 }
 

@@ -64,7 +64,12 @@ pub const TOTAL: &str = "total";
 
 /// `YYYY-MM` of `now` in UTC: the period key of monthly spend.
 pub fn month_key(now: DateTime<Utc>) -> String {
-    now.format("%Y-%m").to_string()
+    use chrono::Datelike;
+    // Runs for every request that costs money; chrono's `format` re-parses its pattern.
+    match now.year() {
+        y @ 0..=9999 => format!("{y:04}-{:02}", now.month()),
+        _ => now.format("%Y-%m").to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -90,9 +90,10 @@ impl Ctx {
         h
     }
 
-    /// The receipt of this request; None when no valid key was presented.
-    fn draft(&self) -> Option<Draft> {
-        let key = self.key.as_ref()?;
+    /// The receipt of this request; None when no valid key was presented. Runs last: it moves
+    /// the request's ids, model and checks into the receipt instead of copying them.
+    fn take_draft(&mut self) -> Option<Draft> {
+        let key = self.key.clone()?;
         let actor = match &self.end_user {
             Some(u) => format!("{}/{u}", key.record.id),
             None => key.record.id.clone(),
@@ -104,22 +105,22 @@ impl Ctx {
             UpstreamOutcome::Skipped => ("SKIPPED", "skipped"),
         };
         let usage = self.usage.unwrap_or_default();
-        let mut checks = self.cx.checks.clone();
-        checks.push(Check { name: "UPSTREAM".into(), result: result.into() });
-        checks.extend(self.cx.response_checks.iter().cloned());
-        let cache_result = self.cx.checks.iter().find(|c| c.name == "CACHE").map(|c| match c.result.as_str() {
+        let mut checks = std::mem::take(&mut self.cx.checks);
+        let cache_result = checks.iter().find(|c| c.name == "CACHE").map(|c| match c.result.as_str() {
             "HIT" => "HIT",
             "BYPASS" => "BYPASS",
             _ => "MISS",
         });
+        checks.push(Check { name: "UPSTREAM".into(), result: result.into() });
+        checks.append(&mut self.cx.response_checks);
         let saved = self.cx.saved.unwrap_or_default();
         Some(Draft {
             tenant_id: key.record.tenant_id.clone(),
-            receipt_id: self.receipt_id.clone(),
-            request_id: self.request_id.clone(),
+            receipt_id: std::mem::take(&mut self.receipt_id),
+            request_id: std::mem::take(&mut self.request_id),
             actor,
             provider: self.provider.map(|p| p.as_str().to_string()).unwrap_or_default(),
-            model: self.model.clone(),
+            model: std::mem::take(&mut self.model),
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             cost_usd: self.cost_usd,
@@ -133,7 +134,7 @@ impl Ctx {
                 String::new()
             },
             cache: CacheSide { result: cache_result.unwrap_or(""), saved_tokens: saved.tokens, saved_usd: saved.usd },
-            events: self.cx.events.clone(),
+            events: std::mem::take(&mut self.cx.events),
             key_id: key.record.id.clone(),
         })
     }
@@ -375,13 +376,12 @@ impl ProxyHttp for Gateway {
             };
             self.pipeline.on_complete(&done, &mut ctx.cx);
         }
-        if let Some(draft) = ctx.draft() {
-            self.app.receipts.submit(draft).await;
-        }
         let route = ctx.route.map(Route::label).unwrap_or("unknown");
         let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
         let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };
-        METRICS.requests.with_label_values(&[route, provider, &status.to_string()]).inc();
+        let code = http::StatusCode::from_u16(status).ok();
+        let status = code.as_ref().map_or("0", http::StatusCode::as_str);
+        METRICS.requests.with_label_values(&[route, provider, status]).inc();
         METRICS.latency.with_label_values(&[route, provider]).observe(ctx.started.elapsed().as_secs_f64());
         if let Some(kind) = ctx.error {
             METRICS.errors.with_label_values(&[kind.type_name(), "gateway"]).inc();
@@ -396,6 +396,9 @@ impl ProxyHttp for Gateway {
             METRICS.tokens.with_label_values(&[provider, &ctx.model, "prompt"]).inc_by(u.prompt_tokens);
             METRICS.tokens.with_label_values(&[provider, &ctx.model, "completion"]).inc_by(u.completion_tokens);
             METRICS.cost.with_label_values(&[provider, &ctx.model]).inc_by(ctx.cost_usd);
+        }
+        if let Some(draft) = ctx.take_draft() {
+            self.app.receipts.submit(draft).await;
         }
     }
 }

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use aws_lc_rs::signature::Ed25519KeyPair;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use aws_lc_rs::signature::Ed25519KeyPair;
 use ed25519_dalek::SigningKey;
 use serde::Serialize;
 use sqlx::Row;
