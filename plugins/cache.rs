@@ -25,7 +25,8 @@ impl Check for Cache {
     /// refreshes the entry.
     fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
         let Some(settings) = ex.snap.policy(ex.tenant_id()).cache() else { return Verdict::Skip };
-        let key = cache::key(ex.tenant_id(), ex.route, &ex.body);
+        let key_entry = ex.key.clone();
+        let key = cache::key(key_entry.tenant_id(), ex.route, ex.body.json());
         cx.cache_slot = Some(Slot { key, ttl: settings.ttl });
         if ex.no_cache {
             return Verdict::Pass("BYPASS");

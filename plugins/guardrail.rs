@@ -74,7 +74,7 @@ impl Check for Guardrail {
         if !rails.applies_to(Direction::Request) {
             return Verdict::Skip;
         }
-        let out = guardrails::apply_to_request_json(rails, &mut ex.body);
+        let out = guardrails::apply_to_request_json(rails, ex.body.json());
         record(cx, &out.findings, "request");
         if out.changed {
             ex.body_changed = true;
@@ -116,7 +116,7 @@ mod tests {
         let mut cx = Ctx::default();
         assert!(matches!(Guardrail.on_request(&mut ex, &mut cx), Verdict::Redact));
         assert!(ex.body_changed);
-        assert_eq!(ex.body["messages"][0]["content"], "mail [REDACTED:EMAIL]");
+        assert_eq!(ex.body.json()["messages"][0]["content"], "mail [REDACTED:EMAIL]");
         assert_eq!(cx.events, vec![GuardEvent { category: "email".into(), result: "REDACT", direction: "request" }]);
         assert!(cx.scan_answer, "applyTo defaults to both directions");
     }

@@ -25,7 +25,7 @@ use crate::app::App;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::METRICS;
-use crate::pipeline::{self, Cached, Exchange, Outcome, Pipeline, Step};
+use crate::pipeline::{self, Cached, Exchange, Outcome, Pipeline, RequestBody, Step};
 use crate::providers::{self, Usage};
 use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, Draft, Kind};
@@ -176,7 +176,7 @@ impl Gateway {
         };
         ctx.provider = Some(parsed.provider);
         if ctx.end_user.is_none() {
-            ctx.end_user = parsed.json.get("user").and_then(|u| u.as_str()).map(str::to_string);
+            ctx.end_user = parsed.user;
         }
 
         let headers = &session.req_header().headers;
@@ -184,9 +184,6 @@ impl Gateway {
             headers.get_all(http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).any(|v| {
                 v.split(',').any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "no-cache" | "no-store"))
             });
-        let max_tokens = ["max_tokens", "max_completion_tokens"]
-            .iter()
-            .find_map(|f| parsed.json.get(*f).and_then(serde_json::Value::as_u64));
         let mut ex = Exchange {
             snap: ctx.snap.clone(),
             key: key.clone(),
@@ -197,9 +194,12 @@ impl Gateway {
             model: ctx.model.clone(),
             tool: None,
             stream: parsed.stream,
-            max_tokens,
+            max_tokens: parsed.max_tokens,
             prompt_tokens_est: pipeline::estimate_prompt_tokens(parsed.raw.len()),
-            body: parsed.json,
+            body: match parsed.json {
+                Some(json) => RequestBody::parsed(json),
+                None => RequestBody::lazy(parsed.raw.clone()),
+            },
             body_changed: false,
             no_cache,
             now: chrono::Utc::now(),
@@ -209,7 +209,7 @@ impl Gateway {
         let (stream, mut json) = (ex.stream, None);
         if body_changed || (stream && route == Route::ChatCompletions) {
             // The request checks are done with it: the body moves on to the upstream.
-            json = Some(std::mem::take(&mut ex.body));
+            json = Some(ex.body.take_json());
         }
         ctx.exchange = Some(ex);
         match step {

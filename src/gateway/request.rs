@@ -13,7 +13,104 @@ pub struct ParsedRequest {
     pub provider: ProviderName,
     /// The body as received; forwarded byte for byte unless the gateway must change it.
     pub raw: Bytes,
-    pub json: Value,
+    /// `max_tokens`, else `max_completion_tokens`.
+    pub max_tokens: Option<u64>,
+    /// OpenAI's `user` field, when it is a string.
+    pub user: Option<String>,
+    /// The body as JSON when validating it needed the whole tree (unusual bodies); otherwise
+    /// it is built only if a check asks for it ([`crate::pipeline::RequestBody`]).
+    pub json: Option<Value>,
+}
+
+/// The JSON type of a member's value, read without building the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JsonKind {
+    Array,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for JsonKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Kind;
+        impl<'de> serde::de::Visitor<'de> for Kind {
+            type Value = JsonKind;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsonKind, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(JsonKind::Array)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsonKind, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(JsonKind::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<JsonKind, E> {
+                Ok(JsonKind::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<JsonKind, E> {
+                Ok(JsonKind::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<JsonKind, E> {
+                Ok(JsonKind::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<JsonKind, E> {
+                Ok(JsonKind::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<JsonKind, E> {
+                Ok(JsonKind::Other)
+            }
+            fn visit_unit<E>(self) -> Result<JsonKind, E> {
+                Ok(JsonKind::Other)
+            }
+        }
+        d.deserialize_any(Kind)
+    }
+}
+
+/// The members the gateway itself reads; every other member is skipped, not built.
+#[derive(serde::Deserialize)]
+struct Fields {
+    model: Option<Value>,
+    stream: Option<Value>,
+    messages: Option<JsonKind>,
+    input: Option<JsonKind>,
+    max_tokens: Option<Value>,
+    max_completion_tokens: Option<Value>,
+    user: Option<Value>,
+}
+
+/// The common, valid request read without building its JSON tree. `None` for anything else
+/// (not an object, a duplicate or missing member, a wrong type): [`parse`] then validates the
+/// whole tree as before, so errors read exactly the same.
+fn parse_fields(route: Route, raw: &[u8]) -> Option<(String, bool, Option<u64>, Option<String>)> {
+    if raw.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let f: Fields = serde_json::from_slice(raw).ok()?;
+    let model = match f.model? {
+        Value::String(m) if !m.trim().is_empty() => m,
+        _ => return None,
+    };
+    let stream = match f.stream {
+        None => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return None,
+    };
+    let cap = |v: Option<Value>| match v {
+        None => Some(None),
+        Some(v) => v.as_u64().map(Some),
+    };
+    let (max_tokens, max_completion_tokens) = (cap(f.max_tokens)?, cap(f.max_completion_tokens)?);
+    match route {
+        Route::ChatCompletions | Route::Messages => (f.messages? == JsonKind::Array).then_some(())?,
+        Route::Embeddings => (f.input.is_some() && !stream).then_some(())?,
+    }
+    let user = match f.user {
+        Some(Value::String(u)) => Some(u),
+        _ => None,
+    };
+    Some((model, stream, max_tokens.or(max_completion_tokens), user))
 }
 
 fn field_type(json: &Value, field: &str, ok: fn(&Value) -> bool, expected: &str) -> Result<(), ApiError> {
@@ -26,6 +123,16 @@ fn field_type(json: &Value, field: &str, ok: fn(&Value) -> bool, expected: &str)
 /// Parses and checks the body. `seen_model` learns the model as soon as it is known, so even
 /// a request refused for another field leaves a receipt that names it.
 pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
+    if let Some((model, stream, max_tokens, user)) = parse_fields(route, &raw) {
+        *seen_model = model.chars().take(256).collect();
+        let provider = pick_provider(route, &model, snap)?;
+        return Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: None });
+    }
+    parse_full(route, raw, snap, seen_model)
+}
+
+/// Builds and validates the whole JSON tree: the reference behaviour, with its error messages.
+fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
     let json: Value =
         serde_json::from_slice(&raw).map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
     if !json.is_object() {
@@ -61,7 +168,9 @@ pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String)
         return Err(ApiError::invalid("field `stream` is not supported on /v1/embeddings"));
     }
     let provider = pick_provider(route, &model, snap)?;
-    Ok(ParsedRequest { stream, provider, raw, json })
+    let max_tokens = ["max_tokens", "max_completion_tokens"].iter().find_map(|f| json.get(*f).and_then(Value::as_u64));
+    let user = json.get("user").and_then(Value::as_str).map(str::to_string);
+    Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: Some(json) })
 }
 
 fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderName, ApiError> {
@@ -115,6 +224,53 @@ mod tests {
         assert!(err(Route::ChatCompletions, r#"{"model":"llama-3","messages":[]}"#).contains("no route"));
         assert!(err(Route::Embeddings, r#"{"model":"text-embedding-3-small"}"#).contains("`input`"));
         assert!(err(Route::Messages, r#"{"model":"gpt-4o","messages":[]}"#).contains("openai"));
+    }
+
+    /// The fast path must agree with the full parse on every body it accepts, and give up
+    /// (so the full parse answers, with its messages) on everything else.
+    #[test]
+    fn fast_path_agrees_with_the_full_parse() {
+        let s = snap();
+        let bodies = [
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
+            r#"  {"model":"gpt-4o","messages":[],"stream":true,"max_tokens":5,"user":"u-1","extra":{"a":[1,2]}}"#,
+            r#"{"model":"gpt-4o","messages":[],"stream":null,"max_tokens":null,"max_completion_tokens":9}"#,
+            r#"{"model":"gpt-4o","messages":[],"max_tokens":7,"max_completion_tokens":9,"user":5}"#,
+            r#"{"model":"gpt-4o","messages":[],"max_tokens":-1}"#,
+            r#"{"model":"gpt-4o","messages":[],"max_tokens":1.5}"#,
+            r#"{"model":"gpt-4o","model":"claude-3-5-haiku","messages":[]}"#,
+            r#"{"model":null,"messages":[]}"#,
+            r#"{"model":"  ","messages":[]}"#,
+            r#"{"model":"gpt-4o","messages":null}"#,
+            r#"{"model":"gpt-4o","messages":{}}"#,
+            r#"{"model":"gpt-4o","messages":[],"stream":"yes"}"#,
+            r#"{"model":"gpt-4o","messages":[]}"#,
+            r#"{"model":"llama-3","messages":[]}"#,
+            r#"["gpt-4o",false]"#,
+            r#"{"model":"gpt-4o","messages":[]"#,
+            r#"{"model":"text-embedding-3-small","input":"x"}"#,
+            r#"{"model":"text-embedding-3-small","input":"x","stream":true}"#,
+            r#"{"model":"text-embedding-3-small"}"#,
+        ];
+        for body in bodies {
+            for route in [Route::ChatCompletions, Route::Messages, Route::Embeddings] {
+                let (mut seen_a, mut seen_b) = (String::new(), String::new());
+                let a = parse(route, Bytes::from(body), &s, &mut seen_a);
+                let b = parse_full(route, Bytes::from(body), &s, &mut seen_b);
+                match (a, b) {
+                    (Ok(a), Ok(b)) => {
+                        let view = |p: &ParsedRequest| (p.stream, p.provider, p.max_tokens, p.user.clone());
+                        assert_eq!(view(&a), view(&b), "{route:?} {body}");
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a.message, b.message, "{route:?} {body}"),
+                    (a, b) => panic!("{route:?} {body}: fast {:?} vs full {:?}", a.is_ok(), b.is_ok()),
+                }
+                assert_eq!(seen_a, seen_b, "{route:?} {body}");
+            }
+        }
+        let fast = |b: &str| parse_fields(Route::ChatCompletions, b.as_bytes()).is_some();
+        assert!(fast(bodies[0]) && fast(bodies[1]) && fast(bodies[2]));
+        assert!(!fast(bodies[6]) && !fast(bodies[7]) && !fast(bodies[14]));
     }
 
     #[test]

@@ -30,9 +30,10 @@ pub struct Exchange {
     pub max_tokens: Option<u64>,
     /// A conservative estimate, for reservations and `promptTokensAbove`.
     pub prompt_tokens_est: u64,
-    /// The parsed body; a check that changes it sets `body_changed`. Only request-side hooks
-    /// may read it: after them it may have moved on to the upstream.
-    pub body: Value,
+    /// The body as JSON, built the first time a check asks for it; a check that changes it
+    /// sets `body_changed`. Only request-side hooks may read it: after them it may have moved
+    /// on to the upstream.
+    pub body: RequestBody,
     pub body_changed: bool,
     /// `Cache-Control: no-cache` from the client.
     pub no_cache: bool,
@@ -87,11 +88,45 @@ impl Exchange {
             stream,
             max_tokens,
             prompt_tokens_est: estimate_prompt_tokens(body.to_string().len()),
-            body,
+            body: RequestBody::parsed(body),
             body_changed: false,
             no_cache: false,
             now: Utc::now(),
         }
+    }
+}
+
+/// The request body as a `serde_json::Value`, built on first use. Most requests need only a
+/// few fields, which the gateway reads without building the tree; the tree (an allocation per
+/// member and string) is built only when a check reads or edits the body (guardrails, cache)
+/// or the gateway must edit it.
+pub struct RequestBody {
+    raw: Bytes,
+    json: Option<Value>,
+}
+
+impl RequestBody {
+    /// `raw` must already be known to be a JSON object (the gateway validated it).
+    pub fn lazy(raw: Bytes) -> Self {
+        RequestBody { raw, json: None }
+    }
+
+    pub fn parsed(json: Value) -> Self {
+        RequestBody { raw: Bytes::new(), json: Some(json) }
+    }
+
+    pub fn json(&mut self) -> &mut Value {
+        let raw = &self.raw;
+        // Cannot fail for a validated body; an empty object would only drop what the checks see.
+        self.json
+            .get_or_insert_with(|| serde_json::from_slice(raw).unwrap_or_else(|_| Value::Object(Default::default())))
+    }
+
+    /// Moves the JSON out (building it if no check did), leaving `null`.
+    pub fn take_json(&mut self) -> Value {
+        let v = std::mem::take(self.json());
+        self.json = Some(Value::Null);
+        v
     }
 }
 
