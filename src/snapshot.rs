@@ -62,7 +62,9 @@ pub struct ProviderCred {
 
 pub struct Snapshot {
     keys: HashMap<[u8; 32], Arc<KeyEntry>>,
-    providers: HashMap<(String, ProviderName), Arc<ProviderCred>>,
+    /// Per tenant, then per provider: looked up by `&str` on every request, without building
+    /// an owned key.
+    providers: HashMap<String, HashMap<ProviderName, Arc<ProviderCred>>>,
     /// Merged policies by tenant id; tenants without any are absent.
     policies: HashMap<String, Arc<TenantPolicy>>,
     /// Compiled enabled API policies by policy id, reused by the next rebuild while unchanged.
@@ -93,7 +95,7 @@ impl Snapshot {
     }
 
     pub fn provider(&self, tenant_id: &str, p: ProviderName) -> Option<&Arc<ProviderCred>> {
-        self.providers.get(&(tenant_id.to_string(), p))
+        self.providers.get(tenant_id)?.get(&p)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &Arc<KeyEntry>> {
@@ -101,7 +103,7 @@ impl Snapshot {
     }
 
     pub fn providers(&self) -> impl Iterator<Item = (&str, &Arc<ProviderCred>)> {
-        self.providers.iter().map(|((t, _), c)| (t.as_str(), c))
+        self.providers.iter().flat_map(|(t, by)| by.values().map(move |c| (t.as_str(), c)))
     }
 
     /// The provider the routing table picks for `model` (first match wins).
@@ -206,7 +208,7 @@ impl SnapshotHandle {
             let Some(p) = ProviderName::parse(&row.provider) else { continue };
             match crate::providers::credentials::open(&self.master, &old.config, &row) {
                 Ok(cred) => {
-                    providers.insert((row.tenant_id.clone(), p), Arc::new(cred));
+                    providers.entry(row.tenant_id.clone()).or_insert_with(HashMap::new).insert(p, Arc::new(cred));
                 }
                 Err(e) => log::error!("provider {} of tenant {}: {e}", row.provider, row.tenant_id),
             }

@@ -10,7 +10,7 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pingora::connectors::http::Connector;
+use pingora::connectors::http::v1::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
@@ -139,6 +139,20 @@ impl UpstreamClient {
         Ok(peer)
     }
 
+    /// A pooled connection, or a new one. Peers are HTTP/1.1 only (no ALPN), so this is the
+    /// HTTP/1 connector Pingora's generic one would pick. The pool is asked first with its own
+    /// small future; connecting (TCP, TLS) is a large future, so it is boxed and built only
+    /// when a connection must be made, instead of being part of, and copied with, every request.
+    async fn session(&self, peer: &HttpPeer) -> Result<(HttpSession, bool), UpstreamError> {
+        if let Some(s) = self.connector.reused_http_session(peer).await {
+            return Ok((HttpSession::H1(s), true));
+        }
+        let (s, reused) = Box::pin(self.connector.get_http_session(peer))
+            .await
+            .map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
+        Ok((HttpSession::H1(s), reused))
+    }
+
     /// Sends one request and returns once the response header has arrived.
     pub async fn send(
         &self,
@@ -178,8 +192,7 @@ impl UpstreamClient {
         let mut attempt = 0;
         let session = loop {
             attempt += 1;
-            let (mut session, reused) =
-                self.connector.get_http_session(&peer).await.map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
+            let (mut session, reused) = self.session(&peer).await?;
             // The connector does not carry the peer's read/write timeouts into the session.
             session.set_read_timeout(Some(self.timeouts.read));
             session.set_write_timeout(Some(self.timeouts.read));
@@ -256,7 +269,9 @@ impl UpstreamResponse<'_> {
     pub async fn release(self) {
         if self.done {
             let idle = Some(self.client.timeouts.idle_pool);
-            self.client.connector.release_http_session(self.session, &self.peer, idle).await;
+            if let HttpSession::H1(s) = self.session {
+                self.client.connector.release_http_session(s, &self.peer, idle).await;
+            }
         }
     }
 }

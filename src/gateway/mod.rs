@@ -258,7 +258,9 @@ impl Gateway {
         let body = exchange::body_for_upstream(&parsed.raw, edited.as_ref());
 
         let sent_at = Instant::now();
-        let resp = match self.upstream.send(&cred.base_url, "POST", call.path, &call.headers, body).await {
+        // The upstream leg's futures are boxed: inlined, they made this future ~12 KiB, which
+        // Pingora's boxed `request_filter` copied (and allocated) whole for every request.
+        let resp = match Box::pin(self.upstream.send(&cred.base_url, "POST", call.path, &call.headers, body)).await {
             Ok(r) => r,
             Err(e) => {
                 ctx.upstream = UpstreamOutcome::from_error(&e);
@@ -290,7 +292,7 @@ impl Gateway {
             cx: &mut ctx.cx,
             capture_limit,
         };
-        let relayed = exchange::relay(session, resp, plan).await;
+        let relayed = Box::pin(exchange::relay(session, resp, plan)).await;
         ctx.status = relayed.status;
         ctx.upstream = relayed.outcome;
         ctx.usage = relayed.usage;

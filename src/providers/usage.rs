@@ -29,12 +29,16 @@ pub fn from_json_bytes(dialect: Dialect, bytes: &[u8]) -> Option<Usage> {
         usage: Option<Value>,
     }
     let u = serde_json::from_slice::<UsageOnly>(bytes).ok()?.usage?;
-    from_body(dialect, &serde_json::json!({ "usage": u }))
+    from_usage(dialect, &u)
 }
 
 /// Usage from a whole (non-streamed) JSON answer.
 pub fn from_body(dialect: Dialect, body: &Value) -> Option<Usage> {
-    let u = body.get("usage")?;
+    from_usage(dialect, body.get("usage")?)
+}
+
+/// Usage from an answer's `usage` member.
+fn from_usage(dialect: Dialect, u: &Value) -> Option<Usage> {
     Some(match dialect {
         Dialect::OpenAi => Usage {
             prompt_tokens: num(u, "prompt_tokens").or_else(|| num(u, "input_tokens")).unwrap_or(0),
@@ -61,7 +65,7 @@ pub fn fold_event(dialect: Dialect, data: &Value, acc: &mut Option<Usage>) {
     match dialect {
         Dialect::OpenAi => {
             if let Some(u) = data.get("usage").filter(|u| u.is_object()) {
-                *acc = from_body(Dialect::OpenAi, &serde_json::json!({ "usage": u }));
+                *acc = from_usage(Dialect::OpenAi, u);
             }
         }
         Dialect::Anthropic => {
