@@ -44,6 +44,7 @@
 //!   in request and (streamed) response text; pure, compiled once per snapshot
 //! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
 
+pub mod allocator;
 pub mod app;
 pub mod budget;
 pub mod cache;

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -89,7 +89,10 @@ impl UpstreamError {
 
 pub struct UpstreamClient {
     connector: Connector,
-    resolved: RwLock<HashMap<(String, u16), (SocketAddr, Instant)>>,
+    /// One peer per upstream (TLS, host, port), resolved at most every [`DNS_TTL`]: building an
+    /// `HttpPeer` per request cost allocations, and carrying its 672 bytes through the relay
+    /// made every answer's futures larger (and copied more) than they need to be.
+    peers: RwLock<HashMap<(bool, String, u16), (Arc<HttpPeer>, Instant)>>,
     pub timeouts: Timeouts,
 }
 
@@ -103,39 +106,39 @@ impl UpstreamClient {
                 pingora::server::configuration::ServerConf { ca_file: Some(ca_file.to_string()), ..Default::default() };
             pingora::connectors::ConnectorOptions::from_server_conf(&conf)
         });
-        UpstreamClient { connector: Connector::new(options), resolved: RwLock::new(HashMap::new()), timeouts }
+        UpstreamClient { connector: Connector::new(options), peers: RwLock::new(HashMap::new()), timeouts }
     }
 
-    /// Resolves without blocking (HttpPeer::new would block and panic on failure), cached.
-    async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, UpstreamError> {
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return Ok(SocketAddr::new(ip, port));
+    /// The peer for `base`, resolved without blocking (HttpPeer::new would block and panic on
+    /// failure) and kept for [`DNS_TTL`].
+    async fn peer(&self, base: &BaseUrl) -> Result<Arc<HttpPeer>, UpstreamError> {
+        let fresh = |(peer, at): &(Arc<HttpPeer>, Instant)| (at.elapsed() < DNS_TTL).then(|| peer.clone());
+        if let Some(peer) = self.peers.read().ok().and_then(|m| {
+            // Looked up without building an owned key: the map is small (one entry per provider).
+            m.iter()
+                .find(|((tls, host, port), _)| *tls == base.tls && *port == base.port && *host == base.host)
+                .and_then(|(_, v)| fresh(v))
+        }) {
+            return Ok(peer);
         }
-        let key = (host.to_string(), port);
-        if let Some((addr, at)) = self.resolved.read().ok().and_then(|m| m.get(&key).copied()) {
-            if at.elapsed() < DNS_TTL {
-                return Ok(addr);
-            }
-        }
-        let addr = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| UpstreamError::Failed(format!("cannot resolve {host}: {e}")))?
-            .next()
-            .ok_or_else(|| UpstreamError::Failed(format!("{host} has no address")))?;
-        if let Ok(mut m) = self.resolved.write() {
-            m.insert(key, (addr, Instant::now()));
-        }
-        Ok(addr)
-    }
-
-    async fn peer(&self, base: &BaseUrl) -> Result<HttpPeer, UpstreamError> {
-        let addr = self.resolve(&base.host, base.port).await?;
+        let addr = match base.host.parse::<IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, base.port),
+            Err(_) => tokio::net::lookup_host((base.host.as_str(), base.port))
+                .await
+                .map_err(|e| UpstreamError::Failed(format!("cannot resolve {}: {e}", base.host)))?
+                .next()
+                .ok_or_else(|| UpstreamError::Failed(format!("{} has no address", base.host)))?,
+        };
         let mut peer = HttpPeer::new(addr, base.tls, base.host.clone());
         peer.options.connection_timeout = Some(self.timeouts.connect);
         peer.options.total_connection_timeout = Some(self.timeouts.connect);
         peer.options.read_timeout = Some(self.timeouts.read);
         peer.options.write_timeout = Some(self.timeouts.read);
         peer.options.idle_timeout = Some(self.timeouts.idle_pool);
+        let peer = Arc::new(peer);
+        if let Ok(mut m) = self.peers.write() {
+            m.insert((base.tls, base.host.clone(), base.port), (peer.clone(), Instant::now()));
+        }
         Ok(peer)
     }
 
@@ -192,7 +195,8 @@ impl UpstreamClient {
         let mut attempt = 0;
         let session = loop {
             attempt += 1;
-            let (mut session, reused) = self.session(&peer).await?;
+            let (session, reused) = self.session(&peer).await?;
+            let mut session = Box::new(session);
             // The connector does not carry the peer's read/write timeouts into the session.
             session.set_read_timeout(Some(self.timeouts.read));
             session.set_write_timeout(Some(self.timeouts.read));
@@ -223,10 +227,11 @@ impl UpstreamClient {
     }
 }
 
+/// Small on purpose: it travels through the relay's futures, which are copied when boxed.
 pub struct UpstreamResponse<'a> {
     client: &'a UpstreamClient,
-    session: HttpSession,
-    peer: HttpPeer,
+    session: Box<HttpSession>,
+    peer: Arc<HttpPeer>,
     done: bool,
 }
 
@@ -269,8 +274,8 @@ impl UpstreamResponse<'_> {
     pub async fn release(self) {
         if self.done {
             let idle = Some(self.client.timeouts.idle_pool);
-            if let HttpSession::H1(s) = self.session {
-                self.client.connector.release_http_session(s, &self.peer, idle).await;
+            if let HttpSession::H1(s) = *self.session {
+                self.client.connector.release_http_session(s, &*self.peer, idle).await;
             }
         }
     }

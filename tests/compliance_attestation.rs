@@ -398,7 +398,7 @@ fn packed_pages_decode_exactly_like_rows() {
             db.migrate().await.unwrap();
             let signer = std::sync::Arc::new(tollgate::receipts::signer::Signer::from_seed(&[6; 32]));
             let costs = [0.1 + 0.2, 0.000066, 1.0 / 3.0, 0.0, 12345.678901234567, 5e-324, 1e300, 2.0f64.sqrt()];
-            let drafts = costs
+            let drafts: Vec<_> = costs
                 .iter()
                 .enumerate()
                 .map(|(i, c)| Draft {
@@ -411,7 +411,7 @@ fn packed_pages_decode_exactly_like_rows() {
                     prompt_tokens: 9_007_199_254_740_991 - i as u64,
                     completion_tokens: i as u64,
                     cost_usd: *c,
-                    checks: vec![Check { name: "policy".into(), result: format!("allow\"{i}") }],
+                    checks: vec![Check { name: "policy".into(), result: format!("allow\"{i}").into() }],
                     upstream_status: "ok".into(),
                     ts: "2026-11-23 10:00:00.000".into(),
                     kind: Kind::ModelCall,

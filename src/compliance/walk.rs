@@ -446,7 +446,7 @@ mod tests {
     }
 
     fn checks(list: &[(&str, &str)]) -> Vec<Check> {
-        list.iter().map(|(n, r)| Check { name: n.to_string(), result: r.to_string() }).collect()
+        list.iter().map(|(n, r)| Check { name: n.to_string().into(), result: r.to_string().into() }).collect()
     }
 
     /// A signed chain of `n` receipts; every third one blocked by the rate limit.

@@ -106,7 +106,7 @@ impl Ctx {
         };
         let usage = self.usage.unwrap_or_default();
         let mut checks = std::mem::take(&mut self.cx.checks);
-        let cache_result = checks.iter().find(|c| c.name == "CACHE").map(|c| match c.result.as_str() {
+        let cache_result = checks.iter().find(|c| c.name == "CACHE").map(|c| match &*c.result {
             "HIT" => "HIT",
             "BYPASS" => "BYPASS",
             _ => "MISS",

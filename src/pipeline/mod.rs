@@ -140,19 +140,19 @@ impl Pipeline {
     }
 }
 
-fn record(list: &mut Vec<Recorded>, name: &str, result: &str) {
-    list.push(Recorded { name: name.to_string(), result: result.to_string() });
+fn record(list: &mut Vec<Recorded>, name: &'static str, result: &'static str) {
+    list.push(Recorded { name: name.into(), result: result.into() });
 }
 
 /// Keeps one entry per check name on the answer side, holding its strongest result.
-fn raise(list: &mut Vec<Recorded>, name: &str, result: &str) {
+fn raise(list: &mut Vec<Recorded>, name: &'static str, result: &'static str) {
     let rank = |r: &str| match r {
         "BLOCK" => 3,
         "REDACT" => 2,
         _ => 1,
     };
     match list.iter_mut().find(|c| c.name == name) {
-        Some(c) if rank(result) > rank(&c.result) => c.result = result.to_string(),
+        Some(c) if rank(result) > rank(&c.result) => c.result = result.into(),
         Some(_) => {}
         None => record(list, name, result),
     }

@@ -21,15 +21,73 @@ fn num(v: &Value, field: &str) -> Option<u64> {
     v.get(field).and_then(Value::as_u64)
 }
 
-/// Usage from the raw bytes of a whole JSON answer. Only `usage` is materialized: the rest of
-/// the answer (often most of it) is skipped by the parser, not built into values.
+/// Usage from the raw bytes of a whole JSON answer. Only `usage` is read: the rest of the
+/// answer (often most of it) is skipped by the parser, not built into values. An object
+/// `usage` is read into plain numbers without allocating; anything else takes the general path,
+/// which gives the same result (a unit test holds the two equal).
 pub fn from_json_bytes(dialect: Dialect, bytes: &[u8]) -> Option<Usage> {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        usage: Option<Counts>,
+    }
+    match serde_json::from_slice::<Typed>(bytes) {
+        Ok(t) => t.usage.map(|c| c.usage(dialect)),
+        Err(_) => from_json_bytes_general(dialect, bytes),
+    }
+}
+
+fn from_json_bytes_general(dialect: Dialect, bytes: &[u8]) -> Option<Usage> {
     #[derive(serde::Deserialize)]
     struct UsageOnly {
         usage: Option<Value>,
     }
     let u = serde_json::from_slice::<UsageOnly>(bytes).ok()?.usage?;
     from_usage(dialect, &u)
+}
+
+/// The token counts of a `usage` object, each read as `Value::as_u64` reads it.
+#[derive(serde::Deserialize)]
+struct Counts {
+    #[serde(default)]
+    prompt_tokens: Count,
+    #[serde(default)]
+    completion_tokens: Count,
+    #[serde(default)]
+    input_tokens: Count,
+    #[serde(default)]
+    output_tokens: Count,
+    #[serde(default)]
+    cache_creation_input_tokens: Count,
+    #[serde(default)]
+    cache_read_input_tokens: Count,
+}
+
+/// A member that counts only when it is a non-negative integer (other values are ignored).
+#[derive(Default)]
+struct Count(Option<u64>);
+
+impl<'de> serde::Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Count(Value::deserialize(d)?.as_u64()))
+    }
+}
+
+impl Counts {
+    fn usage(&self, dialect: Dialect) -> Usage {
+        let n = |c: &Count| c.0;
+        match dialect {
+            Dialect::OpenAi => Usage {
+                prompt_tokens: n(&self.prompt_tokens).or(n(&self.input_tokens)).unwrap_or(0),
+                completion_tokens: n(&self.completion_tokens).or(n(&self.output_tokens)).unwrap_or(0),
+            },
+            Dialect::Anthropic => Usage {
+                prompt_tokens: n(&self.input_tokens).unwrap_or(0)
+                    + n(&self.cache_creation_input_tokens).unwrap_or(0)
+                    + n(&self.cache_read_input_tokens).unwrap_or(0),
+                completion_tokens: n(&self.output_tokens).unwrap_or(0),
+            },
+        }
+    }
 }
 
 /// Usage from a whole (non-streamed) JSON answer.
@@ -116,6 +174,34 @@ mod tests {
         assert_eq!(from_json_bytes(Dialect::OpenAi, raw), Some(Usage { prompt_tokens: 3, completion_tokens: 2 }));
         assert_eq!(from_json_bytes(Dialect::OpenAi, b"{\"error\":{}}"), None);
         assert_eq!(from_json_bytes(Dialect::OpenAi, b"not json"), None);
+    }
+
+    #[test]
+    fn the_typed_read_equals_the_general_one() {
+        let bodies: [&[u8]; 12] = [
+            br#"{"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":1}}}"#,
+            br#"{"usage":{"input_tokens":13,"output_tokens":6,"cache_creation_input_tokens":4,"cache_read_input_tokens":2}}"#,
+            br#"{"usage":{"prompt_tokens":-1,"completion_tokens":2.5,"input_tokens":"7","output_tokens":9}}"#,
+            br#"{"usage":{"prompt_tokens":null,"completion_tokens":[1],"input_tokens":{}}}"#,
+            br#"{"usage":{}}"#,
+            br#"{"usage":null}"#,
+            br#"{"usage":5}"#,
+            br#"{"usage":"x"}"#,
+            br#"{"usage":{"prompt_tokens":1,"prompt_tokens":2}}"#,
+            br#"{"choices":[]}"#,
+            br#"[1,2]"#,
+            br#"{"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":1e3}}"#,
+        ];
+        for body in bodies {
+            for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+                assert_eq!(
+                    from_json_bytes(dialect, body),
+                    from_json_bytes_general(dialect, body),
+                    "{dialect:?} {}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
     }
 
     #[test]

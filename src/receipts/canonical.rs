@@ -1,6 +1,8 @@
 //! The signed canonical receipt and its bytes, hash, signature and key id, exactly as
 //! `receipts.md` §1 says: JCS (RFC 8785) → SHA-256 → Ed25519.
 
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ed25519_dalek::{Verifier, VerifyingKey};
@@ -10,10 +12,12 @@ use sha2::{Digest, Sha256};
 /// `prevHash` of `seq = 1`.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
+/// One `{name, result}` of a receipt. Names and results recorded on the request path are
+/// static strings, so they are borrowed, not allocated per request; read back, they are owned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {
-    pub name: String,
-    pub result: String,
+    pub name: Cow<'static, str>,
+    pub result: Cow<'static, str>,
 }
 
 /// Exactly the signed members; nothing else may be added without a format version change.
@@ -65,11 +69,62 @@ pub fn seal(receipt: Receipt, key: &crate::receipts::signer::Signer) -> Sealed {
     s
 }
 
-/// JCS of a receipt, written directly: the members are fixed and ASCII-named, so their sorted
-/// order is known, and serde_json's string escaping is exactly RFC 8785's (short escapes for
-/// `\b \f \n \r \t`, lowercase `\u00xx` for other controls, nothing else escaped). Only
-/// `costUsd` needs ECMAScript number formatting. A unit test holds it equal to the generic path.
+/// The signed members, borrowed: what the JCS writer reads. The receipt writer builds one
+/// straight from a queued draft (no owned `Receipt` per row); stored receipts lend theirs.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceiptView<'a> {
+    pub v: u32,
+    pub tenant_id: &'a str,
+    pub seq: u64,
+    pub receipt_id: &'a str,
+    pub request_id: &'a str,
+    pub actor: &'a str,
+    pub provider: &'a str,
+    pub model: &'a str,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_usd: f64,
+    pub checks: &'a [Check],
+    pub upstream_status: &'a str,
+    pub ts: &'a str,
+    pub prev_hash: &'a str,
+}
+
+impl Receipt {
+    pub fn view(&self) -> ReceiptView<'_> {
+        ReceiptView {
+            v: self.v,
+            tenant_id: &self.tenant_id,
+            seq: self.seq,
+            receipt_id: &self.receipt_id,
+            request_id: &self.request_id,
+            actor: &self.actor,
+            provider: &self.provider,
+            model: &self.model,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cost_usd: self.cost_usd,
+            checks: &self.checks,
+            upstream_status: &self.upstream_status,
+            ts: &self.ts,
+            prev_hash: &self.prev_hash,
+        }
+    }
+}
+
+/// JCS of a receipt (see [`write_receipt`]).
 pub fn receipt_bytes(r: &Receipt) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512 + r.checks.len() * 40);
+    write_receipt(&r.view(), &mut out);
+    out
+}
+
+/// Appends the JCS of a receipt to `out`, written directly: the members are fixed and
+/// ASCII-named, so their sorted order is known, and serde_json's string escaping is exactly
+/// RFC 8785's (short escapes for `\b \f \n \r \t`, lowercase `\u00xx` for other controls,
+/// nothing else escaped). Only `costUsd` needs ECMAScript number formatting. A unit test holds
+/// it equal to the generic path.
+pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
     fn string(out: &mut Vec<u8>, s: &str) {
         // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
         if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
@@ -85,50 +140,51 @@ pub fn receipt_bytes(r: &Receipt) -> Vec<u8> {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\":");
     }
-    let mut out = Vec::with_capacity(512 + r.checks.len() * 40);
+    fn number(out: &mut Vec<u8>, n: u64) {
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
     out.extend_from_slice(b"{\"actor\":");
-    string(&mut out, &r.actor);
-    member(&mut out, "checks");
+    string(out, r.actor);
+    member(out, "checks");
     out.push(b'[');
     for (i, c) in r.checks.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         out.extend_from_slice(b"{\"name\":");
-        string(&mut out, &c.name);
+        string(out, &c.name);
         out.extend_from_slice(b",\"result\":");
-        string(&mut out, &c.result);
+        string(out, &c.result);
         out.push(b'}');
     }
     out.push(b']');
-    member(&mut out, "completionTokens");
-    out.extend_from_slice(r.completion_tokens.to_string().as_bytes());
-    member(&mut out, "costUsd");
+    member(out, "completionTokens");
+    number(out, r.completion_tokens);
+    member(out, "costUsd");
     out.extend_from_slice(&canonical_bytes(&r.cost_usd));
-    member(&mut out, "model");
-    string(&mut out, &r.model);
-    member(&mut out, "prevHash");
-    string(&mut out, &r.prev_hash);
-    member(&mut out, "promptTokens");
-    out.extend_from_slice(r.prompt_tokens.to_string().as_bytes());
-    member(&mut out, "provider");
-    string(&mut out, &r.provider);
-    member(&mut out, "receiptId");
-    string(&mut out, &r.receipt_id);
-    member(&mut out, "requestId");
-    string(&mut out, &r.request_id);
-    member(&mut out, "seq");
-    out.extend_from_slice(r.seq.to_string().as_bytes());
-    member(&mut out, "tenantId");
-    string(&mut out, &r.tenant_id);
-    member(&mut out, "ts");
-    string(&mut out, &r.ts);
-    member(&mut out, "upstreamStatus");
-    string(&mut out, &r.upstream_status);
-    member(&mut out, "v");
-    out.extend_from_slice(r.v.to_string().as_bytes());
+    member(out, "model");
+    string(out, r.model);
+    member(out, "prevHash");
+    string(out, r.prev_hash);
+    member(out, "promptTokens");
+    number(out, r.prompt_tokens);
+    member(out, "provider");
+    string(out, r.provider);
+    member(out, "receiptId");
+    string(out, r.receipt_id);
+    member(out, "requestId");
+    string(out, r.request_id);
+    member(out, "seq");
+    number(out, r.seq);
+    member(out, "tenantId");
+    string(out, r.tenant_id);
+    member(out, "ts");
+    string(out, r.ts);
+    member(out, "upstreamStatus");
+    string(out, r.upstream_status);
+    member(out, "v");
+    number(out, u64::from(r.v));
     out.push(b'}');
-    out
 }
 
 /// The chain step: canonical bytes and `thisHash` (cheap, and sequential by nature).
@@ -148,17 +204,23 @@ const PARALLEL_FROM: usize = 256;
 /// Signs many at once. Signatures do not depend on each other (only hashes chain), so a
 /// batch is split over the machine's cores.
 pub fn sign_all(items: &mut [Sealed], key: &crate::receipts::signer::Signer) {
+    for_each_parallel(items, |s| sign(s, key));
+}
+
+/// Runs `f` on every item, on several threads for batches of [`PARALLEL_FROM`] or more.
+pub fn for_each_parallel<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
     // Threads pay off only for big batches (a backlog to catch up on); under steady load the
     // batches are small and the cores are busy serving requests anyway.
     if cores < 2 || items.len() < PARALLEL_FROM {
-        items.iter_mut().for_each(|s| sign(s, key));
+        items.iter_mut().for_each(f);
         return;
     }
     let per = items.len().div_ceil(cores);
+    let f = &f;
     std::thread::scope(|scope| {
         for part in items.chunks_mut(per) {
-            scope.spawn(move || part.iter_mut().for_each(|s| sign(s, key)));
+            scope.spawn(move || part.iter_mut().for_each(f));
         }
     });
 }

@@ -59,6 +59,27 @@ pub struct GuardEvent {
 }
 
 impl Draft {
+    /// The signed members this draft gets as receipt `seq` after `prev_hash`.
+    pub fn view<'a>(&'a self, seq: u64, prev_hash: &'a str) -> canonical::ReceiptView<'a> {
+        canonical::ReceiptView {
+            v: 1,
+            tenant_id: &self.tenant_id,
+            seq,
+            receipt_id: &self.receipt_id,
+            request_id: &self.request_id,
+            actor: &self.actor,
+            provider: &self.provider,
+            model: &self.model,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cost_usd: self.cost_usd,
+            checks: &self.checks,
+            upstream_status: &self.upstream_status,
+            ts: &self.ts,
+            prev_hash,
+        }
+    }
+
     /// The signed receipt at `seq` after `prev_hash`, and the unsigned side channels.
     pub fn into_receipt(self, seq: u64, prev_hash: String) -> (Receipt, Sides) {
         let receipt = Receipt {

@@ -92,7 +92,7 @@ impl ReceiptWriter {
     async fn write(&self, batch: Vec<(Draft, Instant)>) {
         let oldest = batch.iter().map(|(_, t)| *t).min().unwrap_or_else(Instant::now);
         let n = batch.len();
-        let drafts: Vec<Draft> = batch.into_iter().map(|(d, _)| d).collect();
+        let drafts: std::sync::Arc<[Draft]> = batch.into_iter().map(|(d, _)| d).collect();
         let mut backoff = Duration::from_millis(50);
         loop {
             let started = Instant::now();

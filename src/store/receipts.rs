@@ -1,14 +1,18 @@
 //! Receipt rows: the batched, chained append and the reads of the receipt API.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
 
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{Backend, Store, StoreError};
-use crate::receipts::canonical::Sealed;
+use super::{Backend, ChainPool, Store, StoreError};
 use crate::receipts::canonical::{self, Check, Receipt, GENESIS};
-use crate::receipts::{Draft, GuardEvent, Sides};
+use crate::receipts::{Draft, GuardEvent};
 
 /// A stored receipt: the signed members plus chain fields and side channels.
 #[derive(Debug, Clone)]
@@ -84,72 +88,222 @@ fn statement_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
 /// heads in the same order), lock the chain head, assign `seq`/`prevHash`, seal, insert, move
 /// the head. On PostgreSQL the head row is locked (`FOR UPDATE`) so several gateway processes
 /// keep one gap-free chain per tenant. Returns how many receipts were written.
+///
+/// The drafts are shared, not consumed: a failed batch is retried from the same drafts.
 pub async fn append_batch(
     store: &Store,
-    drafts: Vec<Draft>,
-    signer: std::sync::Arc<crate::receipts::signer::Signer>,
+    drafts: impl Into<Arc<[Draft]>>,
+    signer: Arc<crate::receipts::signer::Signer>,
 ) -> Result<usize, StoreError> {
-    let n = drafts.len();
+    let drafts: Arc<[Draft]> = drafts.into();
+    let chain = store.chain_pool();
     store
-        .run(move |pool, backend| async move {
-            let mut by_tenant: BTreeMap<String, Vec<Draft>> = BTreeMap::new();
-            for d in drafts {
-                by_tenant.entry(d.tenant_id.clone()).or_default().push(d);
+        .run(move |_, backend| async move {
+            match chain {
+                ChainPool::Sqlite(pool) => {
+                    append_on::<sqlx::Sqlite>(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
+                }
+                ChainPool::Postgres(pool) => {
+                    append_on::<sqlx::Postgres>(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
+                }
             }
-            let mut tx = super::begin_write(&pool, backend).await?;
-            for (tenant, drafts) in by_tenant {
-                sqlx::query("INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING")
-                    .bind(&tenant)
-                    .bind(GENESIS)
-                    .execute(&mut *tx)
-                    .await?;
-                let head_sql = match backend {
-                    Backend::Postgres => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1 FOR UPDATE",
-                    Backend::Sqlite => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1",
-                };
-                let head = sqlx::query(head_sql).bind(&tenant).fetch_one(&mut *tx).await?;
-                let mut seq = head.try_get::<i64, _>("seq")? as u64;
-                let mut prev: String = head.try_get("this_hash")?;
-                let mut sealed = Vec::with_capacity(drafts.len());
-                let mut sides = Vec::with_capacity(drafts.len());
-                for d in drafts {
-                    seq += 1;
-                    let (receipt, side) = d.into_receipt(seq, prev.clone());
-                    let s = canonical::hash_only(receipt);
-                    prev = s.this_hash.clone();
-                    sealed.push(s);
-                    sides.push(side);
-                }
-                canonical::sign_all(&mut sealed, &signer);
-                let rows: Vec<(Sealed, Sides)> = sealed.into_iter().zip(sides).collect();
-                for chunk in statement_chunks(&rows) {
-                    insert_receipts(&mut tx, backend, chunk, &signer.key_id).await?;
-                }
-                let events: Vec<(&Sealed, &GuardEvent)> =
-                    rows.iter().flat_map(|(s, side)| side.events.iter().map(move |e| (s, e))).collect();
-                for chunk in statement_chunks(&events) {
-                    insert_events(&mut tx, backend, chunk).await?;
-                }
-                // Spend moves with its receipts: all of it lands, or none of it.
-                let mut deltas = Vec::new();
-                for (s, side) in rows.iter().filter(|(s, _)| s.receipt.cost_usd != 0.0) {
-                    let (r, key) = (&s.receipt, &side.key_id);
-                    let month = r.ts.get(..7).unwrap_or_default().to_string();
-                    deltas.push((r.tenant_id.clone(), key.clone(), crate::budget::TOTAL.to_string(), r.cost_usd));
-                    deltas.push((r.tenant_id.clone(), key.clone(), month, r.cost_usd));
-                }
-                super::spend::add_in_tx(&mut tx, &deltas).await?;
-                sqlx::query("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
-                    .bind(seq as i64)
-                    .bind(prev)
-                    .bind(&tenant)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.commit().await?;
-            Ok(n)
+            Ok(drafts.len())
         })
         .await
+}
+
+/// One receipt ready to insert: its draft, place in the chain and seal.
+struct Pending<'a> {
+    draft: &'a Draft,
+    seq: u64,
+    /// Its canonical bytes within the batch's one buffer.
+    canonical: Range<usize>,
+    prev_hash: Arc<str>,
+    this_hash: Arc<str>,
+    signature: [u8; 64],
+}
+
+/// Column values shared by many receipts of a batch (tenant, model, checks...), made once and
+/// bound by reference count.
+#[derive(Default)]
+struct Interned<'a> {
+    borrowed: HashMap<&'a str, Arc<str>>,
+    built: HashMap<String, Arc<str>>,
+}
+
+impl<'a> Interned<'a> {
+    fn get(&mut self, s: &'a str) -> Arc<str> {
+        self.borrowed.entry(s).or_insert_with(|| Arc::from(s)).clone()
+    }
+
+    /// The value of `bytes`, which are UTF-8 (written from strings).
+    fn get_built(&mut self, bytes: &[u8]) -> Arc<str> {
+        let s = std::str::from_utf8(bytes).unwrap_or_default();
+        if let Some(v) = self.built.get(s) {
+            return v.clone();
+        }
+        let v: Arc<str> = Arc::from(s);
+        self.built.insert(s.to_string(), v.clone());
+        v
+    }
+}
+
+async fn append_on<DB>(
+    conn: &mut DB::Connection,
+    backend: Backend,
+    drafts: &[Draft],
+    signer: &crate::receipts::signer::Signer,
+) -> Result<(), sqlx::Error>
+where
+    DB: sqlx::Database,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    Arc<str>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    f64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'static str: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let begin: &'static str = match backend {
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        Backend::Postgres => "BEGIN",
+    };
+    let mut tx = sqlx::Connection::begin_with(conn, sqlx::AssertSqlSafe(begin.to_string())).await?;
+    // Per tenant in id order; a stable sort keeps each tenant's drafts in queue order.
+    let mut order: Vec<&Draft> = drafts.iter().collect();
+    order.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
+    let mut shared = Interned::default();
+    let mut canonical = Vec::with_capacity(drafts.len() * 640);
+    for group in order.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
+        let tenant = shared.get(&group[0].tenant_id);
+        sqlx::query::<DB>(
+            "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING",
+        )
+        .bind(tenant.clone())
+        .bind(GENESIS)
+        .execute(&mut *tx)
+        .await?;
+        let head_sql: &'static str = match backend {
+            Backend::Postgres => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1 FOR UPDATE",
+            Backend::Sqlite => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1",
+        };
+        let head = sqlx::query::<DB>(head_sql).bind(tenant.clone()).fetch_one(&mut *tx).await?;
+        let mut seq = head.try_get::<i64, _>(0usize)? as u64;
+        let mut prev: Arc<str> = Arc::from(head.try_get::<String, _>(1usize)?);
+
+        canonical.clear();
+        let mut rows = Vec::with_capacity(group.len());
+        for &draft in group {
+            seq += 1;
+            let start = canonical.len();
+            canonical::write_receipt(&draft.view(seq, &prev), &mut canonical);
+            let mut hex = [0u8; 64];
+            hex::encode_to_slice(Sha256::digest(&canonical[start..]), &mut hex).expect("32 bytes are 64 hex digits");
+            let this_hash: Arc<str> = Arc::from(std::str::from_utf8(&hex).expect("hex is ASCII"));
+            let prev_hash = std::mem::replace(&mut prev, this_hash.clone());
+            rows.push(Pending {
+                draft,
+                seq,
+                canonical: start..canonical.len(),
+                prev_hash,
+                this_hash,
+                signature: [0; 64],
+            });
+        }
+        canonical::for_each_parallel(&mut rows, |r| r.signature = signer.sign(&canonical[r.canonical.clone()]));
+
+        for chunk in statement_chunks(&rows) {
+            let sql = format!(
+                "INSERT INTO receipts ({COLUMNS}, {WRITE_ONLY_COLUMNS}) VALUES {}",
+                values_list(backend, chunk.len(), RECEIPT_BINDS)
+            );
+            let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
+            let mut text = Vec::new();
+            for r in chunk {
+                let d = r.draft;
+                text.clear();
+                serde_json::to_writer(&mut text, &d.checks).expect("checks are plain strings");
+                let checks = shared.get_built(&text);
+                text.clear();
+                for c in &d.checks {
+                    text.push(b',');
+                    text.extend_from_slice(c.name.as_bytes());
+                }
+                text.push(b',');
+                let names = shared.get_built(&text);
+                let mut b64 = [0u8; 88];
+                B64.encode_slice(r.signature, &mut b64).expect("64 bytes are 88 base64 characters");
+                q = q
+                    .bind(tenant.clone())
+                    .bind(r.seq as i64)
+                    .bind(Arc::<str>::from(d.receipt_id.as_str()))
+                    .bind(1i64)
+                    .bind(Arc::<str>::from(d.request_id.as_str()))
+                    .bind(shared.get(&d.actor))
+                    .bind(shared.get(&d.provider))
+                    .bind(shared.get(&d.model))
+                    .bind(d.prompt_tokens as i64)
+                    .bind(d.completion_tokens as i64)
+                    .bind(d.cost_usd)
+                    .bind(checks)
+                    .bind(shared.get(&d.upstream_status))
+                    .bind(Arc::<str>::from(d.ts.as_str()))
+                    .bind(r.prev_hash.clone())
+                    .bind(r.this_hash.clone())
+                    .bind(Arc::<str>::from(std::str::from_utf8(&b64).expect("base64 is ASCII")))
+                    .bind(shared.get(&signer.key_id))
+                    .bind(d.kind.as_str())
+                    .bind(shared.get(&d.pack_version))
+                    .bind(names)
+                    .bind(d.cache.result)
+                    .bind(d.cache.saved_tokens as i64)
+                    .bind(d.cache.saved_usd);
+            }
+            q.execute(&mut *tx).await?;
+        }
+
+        let events: Vec<(&Draft, &GuardEvent)> =
+            group.iter().flat_map(|&d| d.events.iter().map(move |e| (d, e))).collect();
+        for chunk in statement_chunks(&events) {
+            let sql = format!(
+                "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, result, \
+                 category, direction) VALUES {}",
+                values_list(backend, chunk.len(), 10)
+            );
+            let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
+            for (d, e) in chunk {
+                q = q
+                    .bind(uuid::Uuid::now_v7().to_string())
+                    .bind(tenant.clone())
+                    .bind(d.ts.clone())
+                    .bind(d.receipt_id.clone())
+                    .bind(d.actor.clone())
+                    .bind(d.model.clone())
+                    .bind("GUARDRAIL")
+                    .bind(e.result)
+                    .bind(e.category.clone())
+                    .bind(e.direction);
+            }
+            q.execute(&mut *tx).await?;
+        }
+
+        // Spend moves with its receipts: all of it lands, or none of it.
+        let mut spend = super::spend::Deltas::default();
+        for d in group.iter().filter(|d| d.cost_usd != 0.0) {
+            spend.add(&d.tenant_id, &d.key_id, crate::budget::TOTAL, d.cost_usd);
+            spend.add(&d.tenant_id, &d.key_id, d.ts.get(..7).unwrap_or_default(), d.cost_usd);
+        }
+        super::spend::apply::<DB>(&mut tx, spend).await?;
+
+        sqlx::query::<DB>("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
+            .bind(seq as i64)
+            .bind(prev)
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
 }
 
 /// Filters of the list and export endpoints (all combine with AND).
@@ -554,80 +708,6 @@ fn values_list(backend: Backend, rows: usize, per_row: usize) -> String {
         sql.push(')');
     }
     sql
-}
-
-async fn insert_receipts(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    backend: Backend,
-    chunk: &[(Sealed, Sides)],
-    key_id: &str,
-) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "INSERT INTO receipts ({COLUMNS}, {WRITE_ONLY_COLUMNS}) VALUES {}",
-        values_list(backend, chunk.len(), RECEIPT_BINDS)
-    );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-    for (s, side) in chunk {
-        let r = &s.receipt;
-        let checks = serde_json::to_string(&r.checks).unwrap_or_else(|_| "[]".into());
-        let names: String = r.checks.iter().map(|c| format!(",{}", c.name)).collect::<String>() + ",";
-        q = q
-            .bind(r.tenant_id.clone())
-            .bind(r.seq as i64)
-            .bind(r.receipt_id.clone())
-            .bind(r.v as i64)
-            .bind(r.request_id.clone())
-            .bind(r.actor.clone())
-            .bind(r.provider.clone())
-            .bind(r.model.clone())
-            .bind(r.prompt_tokens as i64)
-            .bind(r.completion_tokens as i64)
-            .bind(r.cost_usd)
-            .bind(checks)
-            .bind(r.upstream_status.clone())
-            .bind(r.ts.clone())
-            .bind(r.prev_hash.clone())
-            .bind(s.this_hash.clone())
-            .bind(s.signature.clone())
-            .bind(key_id.to_string())
-            .bind(side.kind.as_str().to_string())
-            .bind(side.pack_version.clone())
-            .bind(names)
-            .bind(side.cache.result.to_string())
-            .bind(side.cache.saved_tokens as i64)
-            .bind(side.cache.saved_usd);
-    }
-    q.execute(&mut **tx).await?;
-    Ok(())
-}
-
-async fn insert_events(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    backend: Backend,
-    chunk: &[(&Sealed, &GuardEvent)],
-) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, result, category, \
-         direction) VALUES {}",
-        values_list(backend, chunk.len(), 10)
-    );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-    for (s, e) in chunk {
-        let r = &s.receipt;
-        q = q
-            .bind(uuid::Uuid::now_v7().to_string())
-            .bind(r.tenant_id.clone())
-            .bind(r.ts.clone())
-            .bind(r.receipt_id.clone())
-            .bind(r.actor.clone())
-            .bind(r.model.clone())
-            .bind("GUARDRAIL")
-            .bind(e.result)
-            .bind(e.category.clone())
-            .bind(e.direction);
-    }
-    q.execute(&mut **tx).await?;
-    Ok(())
 }
 
 #[cfg(test)]

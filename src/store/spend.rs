@@ -18,6 +18,18 @@ pub struct SpendRow {
     pub cost_usd: f64,
 }
 
+/// Spend to add, summed per `(tenant, key_id, period)` row.
+#[derive(Debug, Default)]
+pub struct Deltas<'a>(BTreeMap<(&'a str, &'a str, &'a str), f64>);
+
+impl<'a> Deltas<'a> {
+    pub fn add(&mut self, tenant: &'a str, key_id: &'a str, period: &'a str, cost: f64) {
+        if cost.is_finite() && cost != 0.0 {
+            *self.0.entry((tenant, key_id, period)).or_default() += cost;
+        }
+    }
+}
+
 /// Adds each `(tenant, key_id, period, cost)` to `key_spend` on the caller's connection (inside
 /// its transaction). Deltas are summed per row first and applied in key order, so concurrent
 /// writers on PostgreSQL lock rows in the same order and cannot deadlock.
@@ -25,20 +37,30 @@ pub async fn add_in_tx(
     conn: &mut sqlx::AnyConnection,
     deltas: &[(String, String, String, f64)],
 ) -> Result<(), sqlx::Error> {
-    let mut sums: BTreeMap<(&str, &str, &str), f64> = BTreeMap::new();
+    let mut sums = Deltas::default();
     for (tenant, key, period, cost) in deltas {
-        if cost.is_finite() && *cost != 0.0 {
-            *sums.entry((tenant, key, period)).or_default() += cost;
-        }
+        sums.add(tenant, key, period, *cost);
     }
-    for ((tenant, key, period), cost) in sums {
-        sqlx::query(
+    apply::<sqlx::Any>(conn, sums).await
+}
+
+/// [`add_in_tx`] on any driver's connection (the receipt writer's native one).
+pub async fn apply<DB>(conn: &mut DB::Connection, deltas: Deltas<'_>) -> Result<(), sqlx::Error>
+where
+    DB: sqlx::Database,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    f64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for ((tenant, key, period), cost) in deltas.0 {
+        sqlx::query::<DB>(
             "INSERT INTO key_spend (tenant_id, key_id, period, cost_usd) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (tenant_id, key_id, period) DO UPDATE SET cost_usd = key_spend.cost_usd + excluded.cost_usd",
         )
-        .bind(tenant)
-        .bind(key)
-        .bind(period)
+        .bind(tenant.to_string())
+        .bind(key.to_string())
+        .bind(period.to_string())
         .bind(cost)
         .execute(&mut *conn)
         .await?;

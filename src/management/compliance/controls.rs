@@ -30,13 +30,13 @@ fn control_result(control: &Control, checks: &[Check], verified: bool) -> (Optio
         return (None, None);
     }
     let mut best: Option<&Check> = None;
-    for c in checks.iter().filter(|c| control.proven_by.contains(&c.name)) {
+    for c in checks.iter().filter(|c| control.proven_by.iter().any(|p| *p == *c.name)) {
         if best.is_none_or(|b| weight(&c.result) > weight(&b.result)) {
             best = Some(c);
         }
     }
     if let Some(c) = best {
-        return (Some(c.name.clone()), Some(c.result.clone()));
+        return (Some(c.name.to_string()), Some(c.result.to_string()));
     }
     let has = |n: &str| control.proven_by.iter().any(|p| p == n);
     if has(RECEIPT) {
@@ -120,7 +120,7 @@ mod tests {
     }
 
     fn checks(list: &[(&str, &str)]) -> Vec<Check> {
-        list.iter().map(|(n, r)| Check { name: n.to_string(), result: r.to_string() }).collect()
+        list.iter().map(|(n, r)| Check { name: n.to_string().into(), result: r.to_string().into() }).collect()
     }
 
     #[test]
