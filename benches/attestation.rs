@@ -30,7 +30,7 @@ use tollgate::store::{self, Store};
 const TENANT: &str = "bench-tenant";
 
 fn draft(i: u64) -> Draft {
-    let check = |n: &str, r: &str| Check { name: n.into(), result: r.into() };
+    let check = |n: &'static str, r: &'static str| Check { name: n.into(), result: r.into() };
     let blocked = i.is_multiple_of(20);
     let checks = if blocked {
         vec![
@@ -61,7 +61,7 @@ fn draft(i: u64) -> Draft {
         completion_tokens: 80,
         cost_usd: 0.000066,
         checks,
-        upstream_status: if blocked { "skipped" } else { "ok" }.into(),
+        upstream_status: if blocked { "skipped" } else { "ok" },
         ts: "2026-11-22 19:42:57.049".into(),
         kind: Kind::ModelCall,
         pack_version: "ps-bench".into(),

@@ -68,7 +68,7 @@ fn bench_pipeline(c: &mut Criterion) {
         let mut record = ex.key.record.clone();
         record.rpm_limit = Some(1_000_000_000);
         record.tpm_limit = Some(1_000_000_000_000);
-        Arc::new(tollgate::snapshot::KeyEntry { record, state: Default::default() })
+        Arc::new(tollgate::snapshot::KeyEntry::new(record, Default::default()))
     };
     c.bench_function("pipeline: request checks + completion, representative policy", |b| {
         let mut i = 0u64;

@@ -13,7 +13,7 @@ use tollgate::store::{self, Store};
 
 fn draft(tenant: &str, i: usize) -> Draft {
     Draft {
-        tenant_id: tenant.to_string(),
+        tenant_id: tenant.into(),
         receipt_id: uuid::Uuid::now_v7().to_string(),
         request_id: format!("req-{i}"),
         actor: "01a204c8-7a19-7530-9164-000000000001".into(),
@@ -26,7 +26,7 @@ fn draft(tenant: &str, i: usize) -> Draft {
             Check { name: "policy".into(), result: "allow".into() },
             Check { name: "UPSTREAM".into(), result: "PASS".into() },
         ],
-        upstream_status: "ok".into(),
+        upstream_status: "ok",
         ts: "2026-11-22 19:42:57.049".into(),
         kind: Kind::ModelCall,
         pack_version: String::new(),

@@ -81,7 +81,7 @@ mod tests {
         let mut snap = snapshot("rules: []\n");
         snap.budgets = Arc::new(BudgetBook::build(&[], [&record], []));
         let snap = Arc::new(snap);
-        let key = Arc::new(crate::snapshot::KeyEntry { record, state: Default::default() });
+        let key = Arc::new(crate::snapshot::KeyEntry::new(record, Default::default()));
         let check = Budget::new(Arc::new(Ledger::new()));
 
         let mut first = Exchange::fixture_in(snap.clone(), body.clone());

@@ -57,7 +57,7 @@ mod tests {
 
         let mut rec = ex.key.record.clone();
         rec.rpm_limit = Some(1);
-        ex.key = std::sync::Arc::new(crate::snapshot::KeyEntry { record: rec, state: Default::default() });
+        ex.key = std::sync::Arc::new(crate::snapshot::KeyEntry::new(rec, Default::default()));
         assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Pass("PASS")));
         assert!(cx.headers.iter().any(|(k, v)| *k == "x-ratelimit-remaining-requests" && v == "0"));
         match RateLimit.on_request(&mut ex, &mut Ctx::default()) {

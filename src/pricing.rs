@@ -1,6 +1,6 @@
 //! Prices per model, from the shipped table (`conf/pricing.yaml`) plus config overrides.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::config::{parse_yaml, Config, ConfigError, Price, PricingFile, PRICING_YAML};
 

@@ -5,7 +5,7 @@
 //! the API rebuilds the snapshot from the database and swaps it in before the API call returns;
 //! a background refresh picks up changes made by other processes sharing the database.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -37,9 +37,16 @@ pub struct KeyState {
 pub struct KeyEntry {
     pub record: KeyRecord,
     pub state: Arc<KeyState>,
+    /// The record's tenant and key ids, shared: every receipt carries them.
+    pub tenant: Arc<str>,
+    pub id: Arc<str>,
 }
 
 impl KeyEntry {
+    pub fn new(record: KeyRecord, state: Arc<KeyState>) -> KeyEntry {
+        KeyEntry { tenant: record.tenant_id.as_str().into(), id: record.id.as_str().into(), record, state }
+    }
+
     pub fn is_manager(&self) -> bool {
         self.record.role == "manager"
     }
@@ -131,8 +138,8 @@ impl Snapshot {
     }
 
     /// The same snapshot with these tenant policies (fixtures and benchmarks).
-    pub fn with_policies(mut self, policies: HashMap<String, Arc<TenantPolicy>>) -> Snapshot {
-        self.policies = policies;
+    pub fn with_policies(mut self, policies: impl IntoIterator<Item = (String, Arc<TenantPolicy>)>) -> Snapshot {
+        self.policies = policies.into_iter().collect();
         self
     }
 
@@ -200,7 +207,7 @@ impl SnapshotHandle {
             let Ok(raw) = hex::decode(&rec.key_hash) else { continue };
             let Ok(digest) = <[u8; 32]>::try_from(raw.as_slice()) else { continue };
             let state = old_state.get(rec.id.as_str()).map(|s| Arc::clone(s)).unwrap_or_default();
-            keys.insert(digest, Arc::new(KeyEntry { record: rec, state }));
+            keys.insert(digest, Arc::new(KeyEntry::new(rec, state)));
         }
 
         let mut providers = HashMap::new();

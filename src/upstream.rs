@@ -92,11 +92,14 @@ pub struct UpstreamClient {
     /// One peer per upstream (TLS, host, port), resolved at most every [`DNS_TTL`]: building an
     /// `HttpPeer` per request cost allocations, and carrying its 672 bytes through the relay
     /// made every answer's futures larger (and copied more) than they need to be.
-    peers: RwLock<HashMap<(bool, String, u16), (Arc<HttpPeer>, Instant)>>,
+    peers: RwLock<HashMap<PeerKey, (Arc<HttpPeer>, Instant)>>,
     pub timeouts: Timeouts,
 }
 
 const DNS_TTL: Duration = Duration::from_secs(60);
+
+/// An upstream's TLS flag, host and port.
+type PeerKey = (bool, String, u16);
 
 impl UpstreamClient {
     /// `ca_file`: a PEM bundle trusted instead of the system store (empty: system store).

@@ -412,7 +412,7 @@ fn packed_pages_decode_exactly_like_rows() {
                     completion_tokens: i as u64,
                     cost_usd: *c,
                     checks: vec![Check { name: "policy".into(), result: format!("allow\"{i}").into() }],
-                    upstream_status: "ok".into(),
+                    upstream_status: "ok",
                     ts: "2026-11-23 10:00:00.000".into(),
                     kind: Kind::ModelCall,
                     pack_version: String::new(),

@@ -1,7 +1,7 @@
 //! Which limits apply to a request: built once per snapshot from the budget rows, the keys'
 //! `budgetUsd` and the teams' `budgetPoolUsd`, then only read.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use super::Period;
 use crate::store::{budgets::Budget, keys::KeyRecord, teams::Team};

@@ -4,7 +4,7 @@
 //! are only written when an id is seen for the first time. No lock is held across a request:
 //! a reservation is a list of amounts to give back, released on settle or on drop.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use chrono::{DateTime, Utc};

@@ -95,8 +95,8 @@ impl Ctx {
     fn take_draft(&mut self) -> Option<Draft> {
         let key = self.key.clone()?;
         let actor = match &self.end_user {
-            Some(u) => format!("{}/{u}", key.record.id),
-            None => key.record.id.clone(),
+            Some(u) => format!("{}/{u}", key.id).into(),
+            None => key.id.clone(),
         };
         let (result, status) = match self.upstream {
             UpstreamOutcome::Pass => ("PASS", "ok"),
@@ -115,17 +115,17 @@ impl Ctx {
         checks.append(&mut self.cx.response_checks);
         let saved = self.cx.saved.unwrap_or_default();
         Some(Draft {
-            tenant_id: key.record.tenant_id.clone(),
+            tenant_id: key.tenant.clone(),
             receipt_id: std::mem::take(&mut self.receipt_id),
             request_id: std::mem::take(&mut self.request_id),
             actor,
-            provider: self.provider.map(|p| p.as_str().to_string()).unwrap_or_default(),
+            provider: self.provider.map(|p| p.as_str()).unwrap_or_default().into(),
             model: std::mem::take(&mut self.model),
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             cost_usd: self.cost_usd,
             checks,
-            upstream_status: status.into(),
+            upstream_status: status,
             ts: receipts::receipt_ts(chrono::Utc::now()),
             kind: self.exchange.as_ref().map(|e| e.kind).unwrap_or(Kind::ModelCall),
             pack_version: if self.snap.config.compliance.stamp_pack_version {
@@ -135,7 +135,7 @@ impl Ctx {
             },
             cache: CacheSide { result: cache_result.unwrap_or(""), saved_tokens: saved.tokens, saved_usd: saved.usd },
             events: std::mem::take(&mut self.cx.events),
-            key_id: key.record.id.clone(),
+            key_id: key.id.clone(),
         })
     }
 }
@@ -190,7 +190,7 @@ impl Gateway {
             kind: Kind::ModelCall,
             route: route.upstream_path(),
             dialect: route.dialect(),
-            provider: parsed.provider.as_str().to_string(),
+            provider: parsed.provider.as_str().into(),
             model: ctx.model.clone(),
             tool: None,
             stream: parsed.stream,

@@ -21,7 +21,7 @@ pub struct Exchange {
     /// The gateway route, e.g. `/v1/chat/completions` (part of the cache key).
     pub route: &'static str,
     pub dialect: Dialect,
-    pub provider: String,
+    pub provider: std::borrow::Cow<'static, str>,
     pub model: String,
     /// The tool name of a tool call.
     pub tool: Option<String>,
@@ -78,7 +78,7 @@ impl Exchange {
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         Exchange {
             snap,
-            key: Arc::new(KeyEntry { record, state: Default::default() }),
+            key: Arc::new(KeyEntry::new(record, Default::default())),
             kind: Kind::ModelCall,
             route: "/v1/chat/completions",
             dialect: Dialect::OpenAi,

@@ -5,7 +5,7 @@
 //! action per category wins there); exact caching is on when some policy asks for it and none
 //! turns it off, with the smallest TTL.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -12,22 +12,25 @@ pub mod merkle;
 pub mod signer;
 pub mod writer;
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 pub use canonical::{Check, Receipt};
 
 /// What the request path hands to the writer: everything but the chain fields.
 #[derive(Debug, Clone)]
 pub struct Draft {
-    pub tenant_id: String,
+    pub tenant_id: Arc<str>,
     pub receipt_id: String,
     pub request_id: String,
-    pub actor: String,
-    pub provider: String,
+    pub actor: Arc<str>,
+    pub provider: Cow<'static, str>,
     pub model: String,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cost_usd: f64,
     pub checks: Vec<Check>,
-    pub upstream_status: String,
+    pub upstream_status: &'static str,
     pub ts: String,
     /// Unsigned side channels.
     pub kind: Kind,
@@ -37,7 +40,7 @@ pub struct Draft {
     /// Guardrail redactions and blocks (stored beside the receipt, never any text).
     pub events: Vec<GuardEvent>,
     /// The key whose spend this request's cost adds to.
-    pub key_id: String,
+    pub key_id: Arc<str>,
 }
 
 /// The cache's unsigned side channel: `result` is `HIT`, `MISS`, `BYPASS` or empty (no cache).
@@ -74,7 +77,7 @@ impl Draft {
             completion_tokens: self.completion_tokens,
             cost_usd: self.cost_usd,
             checks: &self.checks,
-            upstream_status: &self.upstream_status,
+            upstream_status: self.upstream_status,
             ts: &self.ts,
             prev_hash,
         }
@@ -84,18 +87,18 @@ impl Draft {
     pub fn into_receipt(self, seq: u64, prev_hash: String) -> (Receipt, Sides) {
         let receipt = Receipt {
             v: 1,
-            tenant_id: self.tenant_id,
+            tenant_id: self.tenant_id.to_string(),
             seq,
             receipt_id: self.receipt_id,
             request_id: self.request_id,
-            actor: self.actor,
-            provider: self.provider,
+            actor: self.actor.to_string(),
+            provider: self.provider.into_owned(),
             model: self.model,
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
             cost_usd: self.cost_usd,
             checks: self.checks,
-            upstream_status: self.upstream_status,
+            upstream_status: self.upstream_status.to_string(),
             ts: self.ts,
             prev_hash,
         };
@@ -104,7 +107,7 @@ impl Draft {
             pack_version: self.pack_version,
             cache: self.cache,
             events: self.events,
-            key_id: self.key_id,
+            key_id: self.key_id.to_string(),
         };
         (receipt, sides)
     }

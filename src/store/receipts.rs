@@ -1,6 +1,6 @@
 //! Receipt rows: the batched, chained append and the reads of the receipt API.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -247,7 +247,7 @@ where
                     .bind(d.completion_tokens as i64)
                     .bind(d.cost_usd)
                     .bind(checks)
-                    .bind(shared.get(&d.upstream_status))
+                    .bind(shared.get(d.upstream_status))
                     .bind(Arc::<str>::from(d.ts.as_str()))
                     .bind(r.prev_hash.clone())
                     .bind(r.this_hash.clone())
