@@ -115,10 +115,12 @@ async fn relay_whole(session: &mut Session, mut resp: UpstreamResponse<'_>, plan
             return out;
         }
     };
-    out.usage = usage::from_json_bytes(plan.dialect, &body);
     out.outcome = UpstreamOutcome::Pass;
     let mut sent = body.clone();
-    if let Ok(mut v) = serde_json::from_slice::<Value>(&body) {
+    // One parse serves both the answer-side checks and usage.
+    let parsed = serde_json::from_slice::<Value>(&body);
+    out.usage = parsed.as_ref().ok().and_then(|v| usage::from_body(plan.dialect, v));
+    if let Ok(mut v) = parsed {
         match plan.pipeline.on_response(&mut ResponsePiece::Json(&mut v), plan.cx) {
             Ok(()) => {
                 if plan.cx.response_checks.iter().any(|c| c.result == "REDACT") {
