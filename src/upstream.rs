@@ -92,7 +92,7 @@ pub struct UpstreamClient {
     /// One peer per upstream (TLS, host, port), resolved at most every [`DNS_TTL`]: building an
     /// `HttpPeer` per request cost allocations, and carrying its 672 bytes through the relay
     /// made every answer's futures larger (and copied more) than they need to be.
-    peers: RwLock<HashMap<PeerKey, (Arc<HttpPeer>, Instant)>>,
+    peers: RwLock<HashMap<PeerKey, Upstream>>,
     pub timeouts: Timeouts,
 }
 
@@ -100,6 +100,14 @@ const DNS_TTL: Duration = Duration::from_secs(60);
 
 /// An upstream's TLS flag, host and port.
 type PeerKey = (bool, String, u16);
+
+/// What every request to one upstream shares: its peer and `Host` value, and when it was resolved.
+#[derive(Clone)]
+struct Upstream {
+    peer: Arc<HttpPeer>,
+    host: http::HeaderValue,
+    resolved: Instant,
+}
 
 impl UpstreamClient {
     /// `ca_file`: a PEM bundle trusted instead of the system store (empty: system store).
@@ -114,15 +122,15 @@ impl UpstreamClient {
 
     /// The peer for `base`, resolved without blocking (HttpPeer::new would block and panic on
     /// failure) and kept for [`DNS_TTL`].
-    async fn peer(&self, base: &BaseUrl) -> Result<Arc<HttpPeer>, UpstreamError> {
-        let fresh = |(peer, at): &(Arc<HttpPeer>, Instant)| (at.elapsed() < DNS_TTL).then(|| peer.clone());
-        if let Some(peer) = self.peers.read().ok().and_then(|m| {
+    async fn upstream(&self, base: &BaseUrl) -> Result<Upstream, UpstreamError> {
+        let fresh = |u: &Upstream| (u.resolved.elapsed() < DNS_TTL).then(|| u.clone());
+        if let Some(u) = self.peers.read().ok().and_then(|m| {
             // Looked up without building an owned key: the map is small (one entry per provider).
             m.iter()
                 .find(|((tls, host, port), _)| *tls == base.tls && *port == base.port && *host == base.host)
                 .and_then(|(_, v)| fresh(v))
         }) {
-            return Ok(peer);
+            return Ok(u);
         }
         let addr = match base.host.parse::<IpAddr>() {
             Ok(ip) => SocketAddr::new(ip, base.port),
@@ -138,11 +146,13 @@ impl UpstreamClient {
         peer.options.read_timeout = Some(self.timeouts.read);
         peer.options.write_timeout = Some(self.timeouts.read);
         peer.options.idle_timeout = Some(self.timeouts.idle_pool);
-        let peer = Arc::new(peer);
+        let host = http::HeaderValue::from_str(&base.authority())
+            .map_err(|_| UpstreamError::Failed(format!("invalid host `{}`", base.host)))?;
+        let u = Upstream { peer: Arc::new(peer), host, resolved: Instant::now() };
         if let Ok(mut m) = self.peers.write() {
-            m.insert((base.tls, base.host.clone(), base.port), (peer.clone(), Instant::now()));
+            m.insert((base.tls, base.host.clone(), base.port), u.clone());
         }
-        Ok(peer)
+        Ok(u)
     }
 
     /// A pooled connection, or a new one. Peers are HTTP/1.1 only (no ALPN), so this is the
@@ -168,7 +178,7 @@ impl UpstreamClient {
         headers: &[(&'static str, String)],
         body: Bytes,
     ) -> Result<UpstreamResponse<'_>, UpstreamError> {
-        let peer = self.peer(base).await?;
+        let Upstream { peer, host, .. } = self.upstream(base).await?;
         let full_path;
         let path = if base.prefix.is_empty() {
             path
@@ -176,14 +186,13 @@ impl UpstreamClient {
             full_path = format!("{}{}", base.prefix, path);
             &full_path
         };
-        let authority = base.authority();
         let length = (method != "GET" || !body.is_empty()).then(|| body.len().to_string());
         // Built per attempt (a retry needs a fresh one) rather than built once and deep-cloned.
         let build = || -> Result<Box<RequestHeader>, UpstreamError> {
             let mut req = RequestHeader::build(method, path.as_bytes(), Some(headers.len() + 2))
                 .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
             let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
-            req.insert_header("host", authority.as_str()).map_err(|_| bad("host"))?;
+            req.insert_header("host", host.clone()).map_err(|_| bad("host"))?;
             for (k, v) in headers {
                 req.insert_header(*k, v.as_str()).map_err(|_| bad(k))?;
             }

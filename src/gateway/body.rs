@@ -29,17 +29,28 @@ pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, ApiError
         discard_rest(session).await;
         return Err(too_large(limit));
     }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
+    // A body that arrives as one chunk (most chat requests) is kept as it is, not copied.
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > limit {
+                let have = first.as_ref().map_or(0, Bytes::len) + buf.len();
+                if have + chunk.len() > limit {
                     discard_rest(session).await;
                     return Err(too_large(limit));
                 }
+                if first.is_none() && buf.is_empty() {
+                    first = Some(chunk);
+                    continue;
+                }
+                if let Some(f) = first.take() {
+                    buf.reserve(declared.unwrap_or(8 * 1024).min(limit).max(f.len() + chunk.len()));
+                    buf.extend_from_slice(&f);
+                }
                 buf.extend_from_slice(&chunk);
             }
-            Ok(None) => return Ok(buf.freeze()),
+            Ok(None) => return Ok(first.unwrap_or_else(|| buf.freeze())),
             Err(e) => {
                 return Err(ApiError::invalid(format!("could not read the request body: {}", e.etype().as_str())))
             }

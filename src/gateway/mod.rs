@@ -82,7 +82,8 @@ fn header_str(session: &Session, name: &str) -> Option<String> {
 impl Ctx {
     /// Identifiers every gateway answer carries; the receipt id only when a receipt will exist.
     fn answer_headers(&self) -> Vec<(&'static str, String)> {
-        let mut h = vec![("x-request-id", self.request_id.clone())];
+        let mut h = Vec::with_capacity(2 + self.cx.headers.len());
+        h.push(("x-request-id", self.request_id.clone()));
         if self.key.is_some() {
             h.push(("x-tollgate-receipt-id", self.receipt_id.clone()));
         }
