@@ -92,18 +92,18 @@ pub struct UpstreamClient {
     /// One peer per upstream (TLS, host, port), resolved at most every [`DNS_TTL`]: building an
     /// `HttpPeer` per request cost allocations, and carrying its 672 bytes through the relay
     /// made every answer's futures larger (and copied more) than they need to be.
-    peers: RwLock<HashMap<PeerKey, Upstream>>,
+    /// By host (looked up by `&str`, no key built per request), then TLS flag and port.
+    peers: RwLock<HashMap<String, Vec<Upstream>>>,
     pub timeouts: Timeouts,
 }
 
 const DNS_TTL: Duration = Duration::from_secs(60);
 
-/// An upstream's TLS flag, host and port.
-type PeerKey = (bool, String, u16);
-
 /// What every request to one upstream shares: its peer and `Host` value, and when it was resolved.
 #[derive(Clone)]
 struct Upstream {
+    tls: bool,
+    port: u16,
     peer: Arc<HttpPeer>,
     host: http::HeaderValue,
     resolved: Instant,
@@ -123,13 +123,11 @@ impl UpstreamClient {
     /// The peer for `base`, resolved without blocking (HttpPeer::new would block and panic on
     /// failure) and kept for [`DNS_TTL`].
     async fn upstream(&self, base: &BaseUrl) -> Result<Upstream, UpstreamError> {
-        let fresh = |u: &Upstream| (u.resolved.elapsed() < DNS_TTL).then(|| u.clone());
-        if let Some(u) = self.peers.read().ok().and_then(|m| {
-            // Looked up without building an owned key: the map is small (one entry per provider).
-            m.iter()
-                .find(|((tls, host, port), _)| *tls == base.tls && *port == base.port && *host == base.host)
-                .and_then(|(_, v)| fresh(v))
-        }) {
+        let cached = self.peers.read().ok().and_then(|m| {
+            let u = m.get(base.host.as_str())?.iter().find(|u| u.tls == base.tls && u.port == base.port)?;
+            (u.resolved.elapsed() < DNS_TTL).then(|| u.clone())
+        });
+        if let Some(u) = cached {
             return Ok(u);
         }
         let addr = match base.host.parse::<IpAddr>() {
@@ -148,9 +146,11 @@ impl UpstreamClient {
         peer.options.idle_timeout = Some(self.timeouts.idle_pool);
         let host = http::HeaderValue::from_str(&base.authority())
             .map_err(|_| UpstreamError::Failed(format!("invalid host `{}`", base.host)))?;
-        let u = Upstream { peer: Arc::new(peer), host, resolved: Instant::now() };
+        let u = Upstream { tls: base.tls, port: base.port, peer: Arc::new(peer), host, resolved: Instant::now() };
         if let Ok(mut m) = self.peers.write() {
-            m.insert((base.tls, base.host.clone(), base.port), u.clone());
+            let same_host = m.entry(base.host.clone()).or_default();
+            same_host.retain(|old| !(old.tls == u.tls && old.port == u.port));
+            same_host.push(u.clone());
         }
         Ok(u)
     }

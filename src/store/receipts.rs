@@ -176,7 +176,7 @@ where
     let mut shared = Interned::default();
     let mut canonical = Vec::with_capacity(drafts.len() * 640);
     for group in order.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
-        let tenant = shared.get(&group[0].tenant_id);
+        let tenant = group[0].tenant_id.clone();
         sqlx::query::<DB>(
             "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING",
         )
@@ -240,7 +240,7 @@ where
                     .bind(Arc::<str>::from(d.receipt_id.as_str()))
                     .bind(1i64)
                     .bind(Arc::<str>::from(d.request_id.as_str()))
-                    .bind(shared.get(&d.actor))
+                    .bind(d.actor.clone())
                     .bind(shared.get(&d.provider))
                     .bind(shared.get(&d.model))
                     .bind(d.prompt_tokens as i64)
