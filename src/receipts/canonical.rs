@@ -201,13 +201,9 @@ pub fn sign(s: &mut Sealed, key: &crate::receipts::signer::Signer) {
 /// Batches at least this large are signed on several threads.
 const PARALLEL_FROM: usize = 256;
 
-/// Signs many at once. Signatures do not depend on each other (only hashes chain), so a
-/// batch is split over the machine's cores.
-pub fn sign_all(items: &mut [Sealed], key: &crate::receipts::signer::Signer) {
-    for_each_parallel(items, |s| sign(s, key));
-}
-
 /// Runs `f` on every item, on several threads for batches of [`PARALLEL_FROM`] or more.
+/// The writer signs batches with it: signatures do not depend on each other (only hashes
+/// chain), so a backlog is split over the machine's cores.
 pub fn for_each_parallel<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
     // Threads pay off only for big batches (a backlog to catch up on); under steady load the

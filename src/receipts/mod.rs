@@ -82,45 +82,6 @@ impl Draft {
             prev_hash,
         }
     }
-
-    /// The signed receipt at `seq` after `prev_hash`, and the unsigned side channels.
-    pub fn into_receipt(self, seq: u64, prev_hash: String) -> (Receipt, Sides) {
-        let receipt = Receipt {
-            v: 1,
-            tenant_id: self.tenant_id.to_string(),
-            seq,
-            receipt_id: self.receipt_id,
-            request_id: self.request_id,
-            actor: self.actor.to_string(),
-            provider: self.provider.into_owned(),
-            model: self.model,
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
-            cost_usd: self.cost_usd,
-            checks: self.checks,
-            upstream_status: self.upstream_status.to_string(),
-            ts: self.ts,
-            prev_hash,
-        };
-        let sides = Sides {
-            kind: self.kind,
-            pack_version: self.pack_version,
-            cache: self.cache,
-            events: self.events,
-            key_id: self.key_id.to_string(),
-        };
-        (receipt, sides)
-    }
-}
-
-/// Everything stored beside a signed receipt.
-#[derive(Debug, Clone)]
-pub struct Sides {
-    pub kind: Kind,
-    pub pack_version: String,
-    pub cache: CacheSide,
-    pub events: Vec<GuardEvent>,
-    pub key_id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
