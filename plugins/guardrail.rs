@@ -74,6 +74,10 @@ impl Check for Guardrail {
         if !rails.applies_to(Direction::Request) {
             return Verdict::Skip;
         }
+        // The common clean body is read from its bytes; the tree is built only to report or redact.
+        if ex.body.unparsed().is_some_and(|raw| guardrails::request_is_clean(rails, raw)) {
+            return Verdict::Pass("PASS");
+        }
         let out = guardrails::apply_to_request_json(rails, ex.body.json());
         record(cx, &out.findings, "request");
         if out.changed {
@@ -85,7 +89,12 @@ impl Check for Guardrail {
     fn on_response(&self, piece: &mut ResponsePiece, cx: &mut Ctx) -> Verdict {
         let Some(guard) = cx.response_guard.as_mut() else { return Verdict::Skip };
         let (findings, is_blocked, changed) = match piece {
-            ResponsePiece::Json(v) => {
+            ResponsePiece::Json(body) => {
+                if body.unparsed().is_some_and(|raw| guardrails::response_is_clean(&guard.rails, raw)) {
+                    return Verdict::Pass("PASS");
+                }
+                // An answer that is not JSON has no text fields to check.
+                let Some(v) = body.try_json() else { return Verdict::Skip };
                 let out = guardrails::apply_to_response_json(&guard.rails, v);
                 (out.findings, out.blocked, out.changed)
             }

@@ -66,6 +66,7 @@ pub mod pricing;
 pub mod providers;
 pub mod ratelimit;
 pub mod receipts;
+pub mod sched;
 pub mod sealing;
 pub mod secret;
 pub mod server;

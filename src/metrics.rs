@@ -122,3 +122,143 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     )
     .expect("register tollgate_attestation_memo_spans_written_total"),
 });
+
+/// Request-path handles of the labelled metrics, cached per worker thread by label values.
+///
+/// `with_label_values` hashes the values and takes the vector's read lock on every call; the
+/// gateway made 6 calls per request (a dozen with checks on), and the lock's reader count is
+/// one cache line both worker threads write. A cached handle is the same child the vector
+/// holds (a shared atomic), so what is counted and what is scraped do not change. A thread
+/// caches the label sets it has seen, as the vector itself does.
+pub mod local {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    use foldhash::fast::RandomState;
+    use prometheus::{Counter, Histogram, IntCounter};
+
+    use super::METRICS;
+
+    type Map<K, V> = HashMap<K, V, RandomState>;
+
+    struct ByModel {
+        prompt: IntCounter,
+        completion: IntCounter,
+        cost: Counter,
+    }
+
+    #[derive(Default)]
+    struct Handles {
+        requests: Map<(&'static str, &'static str, u16), IntCounter>,
+        latency: Map<(&'static str, &'static str), Histogram>,
+        upstream_latency: Map<&'static str, Histogram>,
+        checks: Map<String, Map<String, IntCounter>>,
+        by_model: Map<&'static str, Map<String, ByModel>>,
+    }
+
+    thread_local! {
+        static HANDLES: RefCell<Handles> = RefCell::new(Handles::default());
+    }
+
+    fn with<R>(f: impl FnOnce(&mut Handles) -> R) -> R {
+        HANDLES.with(|h| f(&mut h.borrow_mut()))
+    }
+
+    /// `tollgate_requests_total` and `tollgate_request_duration_seconds` for one request.
+    pub fn request(route: &'static str, provider: &'static str, status: u16, seconds: f64) {
+        with(|h| {
+            h.requests
+                .entry((route, provider, status))
+                .or_insert_with(|| {
+                    let code = http::StatusCode::from_u16(status).ok();
+                    let status = code.as_ref().map_or("0", http::StatusCode::as_str);
+                    METRICS.requests.with_label_values(&[route, provider, status])
+                })
+                .inc();
+            h.latency
+                .entry((route, provider))
+                .or_insert_with(|| METRICS.latency.with_label_values(&[route, provider]))
+                .observe(seconds);
+        })
+    }
+
+    /// `tollgate_upstream_header_seconds`.
+    pub fn upstream_latency(provider: &'static str, seconds: f64) {
+        with(|h| {
+            h.upstream_latency
+                .entry(provider)
+                .or_insert_with(|| METRICS.upstream_latency.with_label_values(&[provider]))
+                .observe(seconds)
+        })
+    }
+
+    /// `tollgate_checks_total` for one recorded check result.
+    pub fn check(name: &str, result: &str) {
+        with(|h| {
+            let by_result = match h.checks.get_mut(name) {
+                Some(m) => m,
+                None => h.checks.entry(name.to_string()).or_default(),
+            };
+            match by_result.get(result) {
+                Some(c) => c.inc(),
+                None => {
+                    let c = METRICS.checks.with_label_values(&[name, result]);
+                    c.inc();
+                    by_result.insert(result.to_string(), c);
+                }
+            }
+        })
+    }
+
+    /// `tollgate_tokens_total` (both directions) and `tollgate_cost_usd_total` for one answer.
+    pub fn usage(provider: &'static str, model: &str, prompt: u64, completion: u64, cost_usd: f64) {
+        with(|h| {
+            let models = h.by_model.entry(provider).or_default();
+            let m = match models.get(model) {
+                Some(m) => m,
+                None => models.entry(model.to_string()).or_insert_with(|| ByModel {
+                    prompt: METRICS.tokens.with_label_values(&[provider, model, "prompt"]),
+                    completion: METRICS.tokens.with_label_values(&[provider, model, "completion"]),
+                    cost: METRICS.cost.with_label_values(&[provider, model]),
+                }),
+            };
+            m.prompt.inc_by(prompt);
+            m.completion.inc_by(completion);
+            m.cost.inc_by(cost_usd);
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn cached_handles_count_into_the_registered_vectors() {
+            let before = METRICS.requests.with_label_values(&["test_route", "test_provider", "418"]).get();
+            let seen = METRICS.latency.with_label_values(&["test_route", "test_provider"]).get_sample_count();
+            for _ in 0..3 {
+                request("test_route", "test_provider", 418, 0.01);
+            }
+            // Another thread has its own handles onto the same children.
+            std::thread::spawn(|| request("test_route", "test_provider", 418, 0.01)).join().unwrap();
+            assert_eq!(METRICS.requests.with_label_values(&["test_route", "test_provider", "418"]).get(), before + 4);
+            assert_eq!(
+                METRICS.latency.with_label_values(&["test_route", "test_provider"]).get_sample_count(),
+                seen + 4
+            );
+
+            let c = || METRICS.checks.with_label_values(&["TEST_CHECK", "PASS"]).get();
+            let n = c();
+            check("TEST_CHECK", "PASS");
+            check("TEST_CHECK", "PASS");
+            assert_eq!(c(), n + 2);
+
+            let t = |d: &str| METRICS.tokens.with_label_values(&["test_provider", "test-model", d]).get();
+            let (p, q) = (t("prompt"), t("completion"));
+            usage("test_provider", "test-model", 11, 7, 0.5);
+            usage("test_provider", "test-model", 1, 1, 0.25);
+            assert_eq!((t("prompt"), t("completion")), (p + 12, q + 8));
+            assert!(METRICS.cost.with_label_values(&["test_provider", "test-model"]).get() >= 0.75);
+        }
+    }
+}

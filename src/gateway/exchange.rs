@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::sse::{event_data, SseSplitter};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::guardrails::{event_text, set_event_text};
-use crate::pipeline::{Cached, Ctx, Pipeline, ResponsePiece};
+use crate::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
 use crate::providers::usage::{self, Dialect, Usage};
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -116,23 +116,21 @@ async fn relay_whole(session: &mut Session, mut resp: UpstreamResponse<'_>, plan
         }
     };
     out.outcome = UpstreamOutcome::Pass;
-    let mut sent = body.clone();
-    // One parse serves both the answer-side checks and usage.
-    let parsed = serde_json::from_slice::<Value>(&body);
-    out.usage = parsed.as_ref().ok().and_then(|v| usage::from_body(plan.dialect, v));
-    if let Ok(mut v) = parsed {
-        match plan.pipeline.on_response(&mut ResponsePiece::Json(&mut v), plan.cx) {
-            Ok(()) => {
-                if plan.cx.response_checks.iter().any(|c| c.result == "REDACT") {
-                    sent = Bytes::from(serde_json::to_vec(&v).unwrap_or_else(|_| body.to_vec()));
-                }
+    out.usage = usage::from_json_bytes(plan.dialect, &body);
+    // Checks read the bytes; a JSON tree is built only if one of them needs it (to redact).
+    let mut answer = JsonBody::lazy(body.clone());
+    let mut sent = body;
+    match plan.pipeline.on_response(&mut ResponsePiece::Json(&mut answer), plan.cx) {
+        Ok(()) => {
+            if let Some(v) = answer.built().filter(|_| plan.cx.response_checks.iter().any(|c| c.result == "REDACT")) {
+                sent = serde_json::to_vec(v).map(Bytes::from).unwrap_or(sent);
             }
-            Err(e) => {
-                out.status = e.status();
-                out.client_gone = super::respond::error(session, &e, plan.flavor, plan.headers.to_vec()).await.is_err();
-                resp.release().await;
-                return out;
-            }
+        }
+        Err(e) => {
+            out.status = e.status();
+            out.client_gone = super::respond::error(session, &e, plan.flavor, plan.headers.to_vec()).await.is_err();
+            resp.release().await;
+            return out;
         }
     }
     let Some(mut header) = answer_header(&resp, status, plan.headers) else { return out };

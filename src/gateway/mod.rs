@@ -24,8 +24,8 @@ use pingora::{Error, ErrorType};
 use crate::app::App;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::metrics::METRICS;
-use crate::pipeline::{self, Cached, Exchange, Outcome, Pipeline, RequestBody, Step};
+use crate::metrics::{self, METRICS};
+use crate::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
 use crate::providers::{self, Usage};
 use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, Draft, Kind};
@@ -198,8 +198,8 @@ impl Gateway {
             max_tokens: parsed.max_tokens,
             prompt_tokens_est: pipeline::estimate_prompt_tokens(parsed.raw.len()),
             body: match parsed.json {
-                Some(json) => RequestBody::parsed(json),
-                None => RequestBody::lazy(parsed.raw.clone()),
+                Some(json) => JsonBody::parsed(json),
+                None => JsonBody::lazy(parsed.raw.clone()),
             },
             body_changed: false,
             no_cache,
@@ -277,10 +277,7 @@ impl Gateway {
                 });
             }
         };
-        METRICS
-            .upstream_latency
-            .with_label_values(&[parsed.provider.as_str()])
-            .observe(sent_at.elapsed().as_secs_f64());
+        metrics::local::upstream_latency(parsed.provider.as_str(), sent_at.elapsed().as_secs_f64());
 
         let headers = ctx.answer_headers();
         let capture_limit = ctx.cx.cache_slot.is_some().then_some(ctx.snap.config.limits.cache_max_entry_bytes);
@@ -382,23 +379,18 @@ impl ProxyHttp for Gateway {
         let route = ctx.route.map(Route::label).unwrap_or("unknown");
         let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
         let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };
-        let code = http::StatusCode::from_u16(status).ok();
-        let status = code.as_ref().map_or("0", http::StatusCode::as_str);
-        METRICS.requests.with_label_values(&[route, provider, status]).inc();
-        METRICS.latency.with_label_values(&[route, provider]).observe(ctx.started.elapsed().as_secs_f64());
+        metrics::local::request(route, provider, status, ctx.started.elapsed().as_secs_f64());
         if let Some(kind) = ctx.error {
             METRICS.errors.with_label_values(&[kind.type_name(), "gateway"]).inc();
         }
         for c in ctx.cx.checks.iter().chain(&ctx.cx.response_checks) {
-            METRICS.checks.with_label_values(&[&c.name, &c.result]).inc();
+            metrics::local::check(&c.name, &c.result);
         }
         if let Some(saved) = ctx.cx.saved {
             METRICS.cache_saved_usd.with_label_values(&[&ctx.model]).inc_by(saved.usd);
         }
         if let Some(u) = ctx.usage {
-            METRICS.tokens.with_label_values(&[provider, &ctx.model, "prompt"]).inc_by(u.prompt_tokens);
-            METRICS.tokens.with_label_values(&[provider, &ctx.model, "completion"]).inc_by(u.completion_tokens);
-            METRICS.cost.with_label_values(&[provider, &ctx.model]).inc_by(ctx.cost_usd);
+            metrics::local::usage(provider, &ctx.model, u.prompt_tokens, u.completion_tokens, ctx.cost_usd);
         }
         if let Some(draft) = ctx.take_draft() {
             self.app.receipts.submit(draft).await;

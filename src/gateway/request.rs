@@ -18,7 +18,7 @@ pub struct ParsedRequest {
     /// OpenAI's `user` field, when it is a string.
     pub user: Option<String>,
     /// The body as JSON when validating it needed the whole tree (unusual bodies); otherwise
-    /// it is built only if a check asks for it ([`crate::pipeline::RequestBody`]).
+    /// it is built only if a check asks for it ([`crate::pipeline::JsonBody`]).
     pub json: Option<Value>,
 }
 

@@ -20,7 +20,7 @@ pub struct JsonOutcome {
 
 /// Nesting depth followed through content blocks (`tool_result` holding blocks); provider
 /// shapes need two.
-const MAX_DEPTH: usize = 4;
+pub(super) const MAX_DEPTH: usize = 4;
 
 /// Request bodies: OpenAI chat `messages[].content` (string, or parts `{type: "text", text}`),
 /// Anthropic `system` and `messages[].content` (string or blocks with `text`, `tool_result`

@@ -8,10 +8,12 @@
 //! - `detectors`: PII and secrets (regex + validator); `luhn_iban`: the checksums
 //! - `injection`: prompt-injection heuristics; `resolve`: overlaps and replacement
 //! - `stream`: streamed responses, delta by delta; `json_text`: the text fields of provider
-//!   bodies and SSE events
+//!   bodies and SSE events; `json_scan`: the same fields read from a body's bytes, for the
+//!   common clean body that needs no tree
 
 mod detectors;
 mod injection;
+mod json_scan;
 mod json_text;
 mod luhn_iban;
 mod resolve;
@@ -25,6 +27,7 @@ use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
 use crate::policy::document::GuardrailsDoc;
 pub use crate::policy::document::{Direction, GuardAction};
+pub use json_scan::{request_is_clean, response_is_clean};
 pub use json_text::{apply_to_request_json, apply_to_response_json, event_text, set_event_text, JsonOutcome};
 pub use stream::{StreamOut, StreamScanner};
 
@@ -162,6 +165,12 @@ impl Guardrails {
         let out = resolve::render(text, 0, &kept, &self.inner.detectors);
         let (findings, blocked) = self.inner.findings(&kept, |p| p);
         Applied { text: out, findings, blocked }
+    }
+
+    /// `text` holds something a detector would report (what [`Guardrails::apply`] would find
+    /// without rendering it).
+    pub fn finds_anything(&self, text: &str) -> bool {
+        !self.inner.candidates(text, 0).is_empty()
     }
 
     /// A scanner for one streamed response.

@@ -33,7 +33,7 @@ pub struct Exchange {
     /// The body as JSON, built the first time a check asks for it; a check that changes it
     /// sets `body_changed`. Only request-side hooks may read it: after them it may have moved
     /// on to the upstream.
-    pub body: RequestBody,
+    pub body: JsonBody,
     pub body_changed: bool,
     /// `Cache-Control: no-cache` from the client.
     pub no_cache: bool,
@@ -88,7 +88,7 @@ impl Exchange {
             stream,
             max_tokens,
             prompt_tokens_est: estimate_prompt_tokens(body.to_string().len()),
-            body: RequestBody::parsed(body),
+            body: JsonBody::parsed(body),
             body_changed: false,
             no_cache: false,
             now: Utc::now(),
@@ -96,23 +96,41 @@ impl Exchange {
     }
 }
 
-/// The request body as a `serde_json::Value`, built on first use. Most requests need only a
-/// few fields, which the gateway reads without building the tree; the tree (an allocation per
-/// member and string) is built only when a check reads or edits the body (guardrails, cache)
-/// or the gateway must edit it.
-pub struct RequestBody {
+/// A JSON body (the request, or a whole answer) as a `serde_json::Value`, built on first use.
+/// Most requests need only a few fields, which the gateway reads without building the tree;
+/// the tree (an allocation per member and string) is built only when a check must edit the
+/// body or read it as a tree (cache key, guardrail redaction) or the gateway must edit it.
+pub struct JsonBody {
     raw: Bytes,
     json: Option<Value>,
 }
 
-impl RequestBody {
+impl JsonBody {
     /// `raw` must already be known to be a JSON object (the gateway validated it).
     pub fn lazy(raw: Bytes) -> Self {
-        RequestBody { raw, json: None }
+        JsonBody { raw, json: None }
     }
 
     pub fn parsed(json: Value) -> Self {
-        RequestBody { raw: Bytes::new(), json: Some(json) }
+        JsonBody { raw: Bytes::new(), json: Some(json) }
+    }
+
+    /// The bytes, while no tree was built (so they are still the whole truth).
+    pub fn unparsed(&self) -> Option<&[u8]> {
+        self.json.is_none().then_some(&self.raw[..])
+    }
+
+    /// The tree, or `None` when the bytes are not JSON.
+    pub fn try_json(&mut self) -> Option<&mut Value> {
+        if self.json.is_none() {
+            self.json = Some(serde_json::from_slice(&self.raw).ok()?);
+        }
+        self.json.as_mut()
+    }
+
+    /// The tree built so far, if any: what a check edited.
+    pub fn built(&self) -> Option<&Value> {
+        self.json.as_ref()
     }
 
     pub fn json(&mut self) -> &mut Value {
@@ -138,8 +156,8 @@ pub fn estimate_prompt_tokens(body_len: usize) -> u64 {
 
 /// A piece of the answer for the answer-side checks.
 pub enum ResponsePiece<'a> {
-    /// A whole non-streamed JSON answer.
-    Json(&'a mut Value),
+    /// A whole non-streamed answer (JSON, as far as the upstream said; checks look).
+    Json(&'a mut JsonBody),
     /// The text of one streamed event. A check may hold text back (to see what follows) and
     /// release it later; `end` asks it to release everything (`text` is then empty).
     Delta { text: &'a mut String, end: bool },

@@ -8,7 +8,7 @@
 
 mod exchange;
 
-pub use exchange::{estimate_prompt_tokens, Cached, Exchange, Outcome, RequestBody, ResponsePiece, Saved};
+pub use exchange::{estimate_prompt_tokens, Cached, Exchange, JsonBody, Outcome, ResponsePiece, Saved};
 
 use crate::error::ApiError;
 use crate::receipts::{Check as Recorded, GuardEvent};

@@ -77,6 +77,8 @@ pub fn db_runtime() -> &'static tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tollgate-db")
+            // Its threads (and the SQLite threads they start) are background work: crate::sched.
+            .on_thread_start(crate::sched::mark_batch_thread)
             .enable_all()
             .build()
             .expect("cannot start the database runtime")
