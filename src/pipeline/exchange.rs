@@ -106,7 +106,8 @@ pub struct JsonBody {
 }
 
 impl JsonBody {
-    /// `raw` must already be known to be a JSON object (the gateway validated it).
+    /// `raw` as received. A request body was already validated as a JSON object; an answer
+    /// may not be JSON at all, which [`JsonBody::try_json`] tells.
     pub fn lazy(raw: Bytes) -> Self {
         JsonBody { raw, json: None }
     }

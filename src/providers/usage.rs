@@ -90,11 +90,6 @@ impl Counts {
     }
 }
 
-/// Usage from a whole (non-streamed) JSON answer.
-pub fn from_body(dialect: Dialect, body: &Value) -> Option<Usage> {
-    from_usage(dialect, body.get("usage")?)
-}
-
 /// Usage from an answer's `usage` member.
 fn from_usage(dialect: Dialect, u: &Value) -> Option<Usage> {
     Some(match dialect {
@@ -155,6 +150,11 @@ pub fn fold_event(dialect: Dialect, data: &Value, acc: &mut Option<Usage>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A whole answer, read as the gateway reads it: from its bytes.
+    fn from_body(dialect: Dialect, body: &Value) -> Option<Usage> {
+        from_json_bytes(dialect, &serde_json::to_vec(body).unwrap())
+    }
 
     #[test]
     fn bodies() {
