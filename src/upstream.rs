@@ -13,8 +13,10 @@ use bytes::Bytes;
 use pingora::connectors::http::v1::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::client::HttpSession;
+use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession as HttpSessionV1};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
+use tokio::io::AsyncWriteExt;
 
 /// A provider base URL: scheme, host, port and an optional path prefix (no trailing `/v1`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,14 +161,11 @@ impl UpstreamClient {
     /// HTTP/1 connector Pingora's generic one would pick. The pool is asked first with its own
     /// small future; connecting (TCP, TLS) is a large future, so it is boxed and built only
     /// when a connection must be made, instead of being part of, and copied with, every request.
-    async fn session(&self, peer: &HttpPeer) -> Result<(HttpSession, bool), UpstreamError> {
+    async fn session(&self, peer: &HttpPeer) -> Result<(HttpSessionV1, bool), UpstreamError> {
         if let Some(s) = self.connector.reused_http_session(peer).await {
-            return Ok((HttpSession::H1(s), true));
+            return Ok((s, true));
         }
-        let (s, reused) = Box::pin(self.connector.get_http_session(peer))
-            .await
-            .map_err(|e| UpstreamError::from_pingora(&e, "connect"))?;
-        Ok((HttpSession::H1(s), reused))
+        Box::pin(self.connector.get_http_session(peer)).await.map_err(|e| UpstreamError::from_pingora(&e, "connect"))
     }
 
     /// Sends one request and returns once the response header has arrived.
@@ -208,24 +207,20 @@ impl UpstreamClient {
         let session = loop {
             attempt += 1;
             let (session, reused) = self.session(&peer).await?;
-            let mut session = Box::new(session);
-            // The connector does not carry the peer's read/write timeouts into the session.
-            session.set_read_timeout(Some(self.timeouts.read));
-            session.set_write_timeout(Some(self.timeouts.read));
             let req = build()?;
             let sent = async {
-                session.write_request_header(req).await?;
-                if !body.is_empty() {
-                    session.write_request_body(body.clone(), true).await?;
-                }
-                session.finish_request_body().await?;
-                session.read_response_header().await
+                let session = write_whole_request(session, &peer, &req, &body, self.timeouts.read).await?;
+                let mut session = Box::new(HttpSession::H1(session));
+                // The connector does not carry the peer's read/write timeouts into the session.
+                session.set_read_timeout(Some(self.timeouts.read));
+                session.set_write_timeout(Some(self.timeouts.read));
+                session.read_response_header().await.map_err(|e| UpstreamError::from_pingora(&e, "request"))?;
+                Ok::<_, UpstreamError>(session)
             }
             .await;
             match sent {
-                Ok(()) => break session,
-                Err(e) => {
-                    let err = UpstreamError::from_pingora(&e, "request");
+                Ok(session) => break session,
+                Err(err) => {
                     if !(reused && attempt == 1 && matches!(err, UpstreamError::Failed(_))) {
                         return Err(err);
                     }
@@ -236,6 +231,42 @@ impl UpstreamClient {
             return Err(UpstreamError::Failed("no response header".into()));
         }
         Ok(UpstreamResponse { client: self, session, peer, done: false })
+    }
+}
+
+/// Bodies up to this size go out in the same write as the request head.
+const COALESCE_LIMIT: usize = 64 * 1024;
+
+/// Writes the request head and body with a single flush, so a small request leaves as one
+/// segment instead of two. Pingora's `write_request_header` flushes the head on its own; the
+/// gateway already holds the whole body (DESIGN.md §2), so it frames the request itself
+/// (`content-length` is set by `send`) and hands the connection back as a fresh session to
+/// read the answer. On loopback a second segment cost the gateway and the upstream a send, a
+/// receive and a wake-up each: about a sixth of a request's CPU in the load benchmark.
+async fn write_whole_request(
+    session: HttpSessionV1,
+    peer: &HttpPeer,
+    req: &RequestHeader,
+    body: &Bytes,
+    timeout: Duration,
+) -> Result<HttpSessionV1, UpstreamError> {
+    let mut wire = http_req_header_to_wire(req)
+        .ok_or_else(|| UpstreamError::Failed("request line or header not writable".into()))?;
+    let mut stream = session.into_inner();
+    let write = async {
+        if body.len() <= COALESCE_LIMIT {
+            wire.extend_from_slice(body);
+            stream.write_all(&wire).await?;
+        } else {
+            stream.write_all(&wire).await?;
+            stream.write_all(body).await?;
+        }
+        stream.flush().await
+    };
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => Ok(HttpSessionV1::new_with_options(stream, peer)),
+        Ok(Err(e)) => Err(UpstreamError::Failed(format!("request: while writing the request: {e}"))),
+        Err(_) => Err(UpstreamError::Timeout("request: writing the request timed out".into())),
     }
 }
 
@@ -309,5 +340,117 @@ mod tests {
         assert_eq!(b.prefix, "/openai");
         assert!(BaseUrl::parse("ftp://x").is_err());
         assert!(BaseUrl::parse("not a url").is_err());
+    }
+
+    /// A socket that records each write the session makes (and reads nothing).
+    #[derive(Debug, Clone, Default)]
+    struct Writes(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+    impl tokio::io::AsyncRead for Writes {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl tokio::io::AsyncWrite for Writes {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.lock().unwrap().push(buf.to_vec());
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl pingora::protocols::l4::virt::VirtualSocket for Writes {
+        fn set_socket_option(&self, _: pingora::protocols::l4::virt::VirtualSockOpt) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    async fn writes_of(body: &[u8]) -> Vec<Vec<u8>> {
+        let writes = Writes::default();
+        let virt = pingora::protocols::l4::virt::VirtualSocketStream::new(Box::new(writes.clone()));
+        let session = HttpSessionV1::new(Box::new(pingora::protocols::l4::stream::Stream::from(virt)));
+        let peer = HttpPeer::new("127.0.0.1:9".parse::<SocketAddr>().unwrap(), false, String::new());
+        let mut req = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        req.insert_header("content-length", body.len().to_string()).unwrap();
+        write_whole_request(session, &peer, &req, &Bytes::copy_from_slice(body), Duration::from_secs(5)).await.unwrap();
+        let w = writes.0.lock().unwrap().clone();
+        w
+    }
+
+    #[tokio::test]
+    async fn a_small_request_is_one_write_of_head_and_body() {
+        let body = br#"{"model":"gpt-4o-mini","messages":[]}"#;
+        let writes = writes_of(body).await;
+        assert_eq!(writes.len(), 1, "head and body in one write: {writes:?}");
+        let text = String::from_utf8(writes[0].clone()).unwrap();
+        assert!(text.starts_with("POST /v1/chat/completions HTTP/1.1\r\n"), "{text}");
+        assert!(text.ends_with(&format!("content-length: 37\r\n\r\n{}", std::str::from_utf8(body).unwrap())), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_large_body_follows_its_head_unchanged() {
+        let body: Vec<u8> = (0..COALESCE_LIMIT + 5000).map(|i| b'a' + (i % 26) as u8).collect();
+        let wire = writes_of(&body).await.concat();
+        let head_end = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(wire[head_end..] == body[..], "the body follows the head byte for byte");
+    }
+
+    fn client() -> UpstreamClient {
+        let t = Duration::from_secs(5);
+        UpstreamClient::new(Timeouts { connect: t, read: t, idle_pool: t }, "")
+    }
+
+    #[tokio::test]
+    async fn a_body_above_the_coalescing_limit_arrives_whole() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let body = Bytes::from((0..COALESCE_LIMIT + 5000).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>());
+        let expected = body.clone();
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            let head_end = loop {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(n > 0, "connection closed early");
+                got.extend_from_slice(&buf[..n]);
+                if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+            };
+            while got.len() - head_end < expected.len() {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(n > 0, "connection closed early");
+                got.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+            got[head_end..] == expected[..]
+        });
+        let base = BaseUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let c = client();
+        let answer = c.send(&base, "POST", "/v1/embeddings", &[], body).await.unwrap();
+        assert_eq!(answer.header().status.as_u16(), 200);
+        assert!(server.await.unwrap(), "the body arrived byte for byte");
     }
 }

@@ -141,6 +141,13 @@ impl Ctx {
     }
 }
 
+/// A fresh UUIDv7 in its hyphenated lower-case form, written straight into an exact-size
+/// string (`to_string` goes through the formatter and grows its buffer).
+fn new_id() -> String {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buf).to_owned()
+}
+
 /// The presented key: `Authorization: Bearer …`, or `x-api-key` (Anthropic clients).
 fn presented_key(session: &Session) -> Option<&str> {
     let h = &session.req_header().headers;
@@ -319,7 +326,7 @@ impl ProxyHttp for Gateway {
             started: Instant::now(),
             snap: self.app.snapshot.load(),
             request_id: String::new(),
-            receipt_id: uuid::Uuid::now_v7().to_string(),
+            receipt_id: new_id(),
             end_user: None,
             _in_flight: self.app.receipts.in_flight(),
             route: None,
@@ -347,7 +354,7 @@ impl ProxyHttp for Gateway {
             .and_then(|v| v.to_str().ok())
             .filter(|v| !v.is_empty() && v.len() <= 128)
             .map(str::to_string)
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            .unwrap_or_else(new_id);
         if let Err(e) = self.handle(session, ctx).await {
             let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
             ctx.status = e.status();
@@ -395,5 +402,19 @@ impl ProxyHttp for Gateway {
         if let Some(draft) = ctx.take_draft() {
             self.app.receipts.submit(draft).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn new_ids_are_lower_case_hyphenated_uuid_v7s() {
+        let (a, b) = (super::new_id(), super::new_id());
+        for id in [&a, &b] {
+            let parsed = uuid::Uuid::parse_str(id).unwrap();
+            assert_eq!(parsed.get_version_num(), 7);
+            assert_eq!(*id, parsed.hyphenated().to_string());
+        }
+        assert_ne!(a, b);
     }
 }
