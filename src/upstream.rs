@@ -453,4 +453,62 @@ mod tests {
         assert_eq!(answer.header().status.as_u16(), 200);
         assert!(server.await.unwrap(), "the body arrived byte for byte");
     }
+
+    #[tokio::test]
+    async fn a_tls_upstream_trusted_through_ca_file_gets_the_whole_request() {
+        use tokio::io::AsyncReadExt;
+        use tokio_rustls::rustls;
+        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let dir = std::env::temp_dir().join(format!("tg-upstream-tls-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, ck.cert.pem()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 16 * 1024];
+            // The head, then as many body bytes as its content-length names.
+            let (head_end, length) = loop {
+                let n = tls.read(&mut buf).await.unwrap();
+                assert!(n > 0, "connection closed early");
+                got.extend_from_slice(&buf[..n]);
+                if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&got[..i]).to_lowercase();
+                    let cl = head.lines().find_map(|l| l.strip_prefix("content-length: ")).unwrap();
+                    break (i + 4, cl.trim().parse::<usize>().unwrap());
+                }
+            };
+            while got.len() < head_end + length {
+                let n = tls.read(&mut buf).await.unwrap();
+                assert!(n > 0, "connection closed early");
+                got.extend_from_slice(&buf[..n]);
+            }
+            tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nover tls!").await.unwrap();
+            tls.flush().await.unwrap();
+            got
+        });
+        let t = Duration::from_secs(5);
+        let c = UpstreamClient::new(Timeouts { connect: t, read: t, idle_pool: t }, ca.to_str().unwrap());
+        let base = BaseUrl::parse(&format!("https://127.0.0.1:{port}")).unwrap();
+        let body = Bytes::from_static(br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#);
+        let mut answer = c.send(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
+        assert_eq!(answer.header().status.as_u16(), 200);
+        assert_eq!(&answer.read_all(1024).await.unwrap()[..], b"over tls!");
+        let got = String::from_utf8(server.await.unwrap()).unwrap();
+        assert!(got.starts_with("POST /v1/chat/completions HTTP/1.1\r\n"), "{got}");
+        assert!(got.contains(&format!("\r\nhost: 127.0.0.1:{port}\r\n")), "{got}");
+        assert!(got.ends_with(&format!("\r\n\r\n{}", std::str::from_utf8(&body).unwrap())), "{got}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
