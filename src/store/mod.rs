@@ -268,3 +268,27 @@ pub async fn begin_write(
 pub fn now_ts() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Row};
+
+    /// `.cargo/config.toml` builds the bundled SQLite without allocation statistics, which
+    /// would otherwise take a global mutex on every SQLite malloc and free.
+    #[tokio::test]
+    async fn bundled_sqlite_is_built_without_memory_statistics() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        let options: Vec<String> = sqlx::query("PRAGMA compile_options")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>(0))
+            .collect();
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "LIBSQLITE3_FLAGS from .cargo/config.toml did not reach the SQLite build \
+             (is LIBSQLITE3_FLAGS set in the environment?): {options:?}"
+        );
+    }
+}
