@@ -186,20 +186,17 @@ impl UpstreamClient {
             &full_path
         };
         let length = (method != "GET" || !body.is_empty()).then(|| body.len().to_string());
-        // Built per attempt (a retry needs a fresh one) rather than built once and deep-cloned.
-        let build = || -> Result<Box<RequestHeader>, UpstreamError> {
-            let mut req = RequestHeader::build(method, path.as_bytes(), Some(headers.len() + 2))
-                .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
-            let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
-            req.insert_header("host", host.clone()).map_err(|_| bad("host"))?;
-            for (k, v) in headers {
-                req.insert_header(*k, v.as_str()).map_err(|_| bad(k))?;
-            }
-            if let Some(len) = &length {
-                req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;
-            }
-            Ok(Box::new(req))
-        };
+        // Built once: it is only read when written, so a retry writes the same header again.
+        let mut req = RequestHeader::build(method, path.as_bytes(), Some(headers.len() + 2))
+            .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
+        let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
+        req.insert_header("host", host).map_err(|_| bad("host"))?;
+        for (k, v) in headers {
+            req.insert_header(*k, v.as_str()).map_err(|_| bad(k))?;
+        }
+        if let Some(len) = &length {
+            req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;
+        }
 
         // A pooled connection may have been closed by the server while idle; that is not the
         // provider failing, so such a failure (never a timeout) is retried once on another one.
@@ -207,7 +204,6 @@ impl UpstreamClient {
         let session = loop {
             attempt += 1;
             let (session, reused) = self.session(&peer).await?;
-            let req = build()?;
             let sent = async {
                 let session = write_whole_request(session, &peer, &req, &body, self.timeouts.read).await?;
                 let mut session = Box::new(HttpSession::H1(session));
@@ -241,7 +237,7 @@ const COALESCE_LIMIT: usize = 64 * 1024;
 /// segment instead of two. Pingora's `write_request_header` flushes the head on its own; the
 /// gateway already holds the whole body (DESIGN.md §2), so it frames the request itself
 /// (`content-length` is set by `send`) and hands the connection back as a fresh session to
-/// read the answer. On loopback a second segment cost the gateway and the upstream a send, a
+/// read the answer (one small allocation for its digest). On loopback a second segment cost the gateway and the upstream a send, a
 /// receive and a wake-up each: about a sixth of a request's CPU in the load benchmark.
 async fn write_whole_request(
     session: HttpSessionV1,
@@ -415,40 +411,51 @@ mod tests {
         assert!(wire[head_end..] == body[..], "the body follows the head byte for byte");
     }
 
-    fn client() -> UpstreamClient {
+    fn client(ca_file: &str) -> UpstreamClient {
         let t = Duration::from_secs(5);
-        UpstreamClient::new(Timeouts { connect: t, read: t, idle_pool: t }, "")
+        UpstreamClient::new(Timeouts { connect: t, read: t, idle_pool: t }, ca_file)
+    }
+
+    /// What a stand-in upstream reads of one request: the head, then as many body bytes as its
+    /// content-length names. Returns the bytes and where the body starts.
+    async fn read_request(conn: &mut (impl tokio::io::AsyncRead + Unpin)) -> (Vec<u8>, usize) {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut framing = None;
+        loop {
+            if let Some((head_end, length)) = framing {
+                if got.len() >= head_end + length {
+                    return (got, head_end);
+                }
+            }
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed early");
+            got.extend_from_slice(&buf[..n]);
+            if framing.is_none() {
+                if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&got[..i]).to_lowercase();
+                    let cl = head.lines().find_map(|l| l.strip_prefix("content-length: ")).unwrap();
+                    framing = Some((i + 4, cl.trim().parse::<usize>().unwrap()));
+                }
+            }
+        }
     }
 
     #[tokio::test]
     async fn a_body_above_the_coalescing_limit_arrives_whole() {
-        use tokio::io::AsyncReadExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let body = Bytes::from((0..COALESCE_LIMIT + 5000).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>());
         let expected = body.clone();
         let server = tokio::spawn(async move {
             let (mut conn, _) = listener.accept().await.unwrap();
-            let mut got = Vec::new();
-            let mut buf = vec![0u8; 64 * 1024];
-            let head_end = loop {
-                let n = conn.read(&mut buf).await.unwrap();
-                assert!(n > 0, "connection closed early");
-                got.extend_from_slice(&buf[..n]);
-                if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-            };
-            while got.len() - head_end < expected.len() {
-                let n = conn.read(&mut buf).await.unwrap();
-                assert!(n > 0, "connection closed early");
-                got.extend_from_slice(&buf[..n]);
-            }
+            let (got, head_end) = read_request(&mut conn).await;
             conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
             got[head_end..] == expected[..]
         });
         let base = BaseUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
-        let c = client();
+        let c = client("");
         let answer = c.send(&base, "POST", "/v1/embeddings", &[], body).await.unwrap();
         assert_eq!(answer.header().status.as_u16(), 200);
         assert!(server.await.unwrap(), "the body arrived byte for byte");
@@ -456,7 +463,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_tls_upstream_trusted_through_ca_file_gets_the_whole_request() {
-        use tokio::io::AsyncReadExt;
         use tokio_rustls::rustls;
         let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
         let dir = std::env::temp_dir().join(format!("tg-upstream-tls-{}", uuid::Uuid::new_v4().simple()));
@@ -476,30 +482,12 @@ mod tests {
         let server = tokio::spawn(async move {
             let (tcp, _) = listener.accept().await.unwrap();
             let mut tls = acceptor.accept(tcp).await.unwrap();
-            let mut got = Vec::new();
-            let mut buf = vec![0u8; 16 * 1024];
-            // The head, then as many body bytes as its content-length names.
-            let (head_end, length) = loop {
-                let n = tls.read(&mut buf).await.unwrap();
-                assert!(n > 0, "connection closed early");
-                got.extend_from_slice(&buf[..n]);
-                if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&got[..i]).to_lowercase();
-                    let cl = head.lines().find_map(|l| l.strip_prefix("content-length: ")).unwrap();
-                    break (i + 4, cl.trim().parse::<usize>().unwrap());
-                }
-            };
-            while got.len() < head_end + length {
-                let n = tls.read(&mut buf).await.unwrap();
-                assert!(n > 0, "connection closed early");
-                got.extend_from_slice(&buf[..n]);
-            }
+            let (got, _) = read_request(&mut tls).await;
             tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nover tls!").await.unwrap();
             tls.flush().await.unwrap();
             got
         });
-        let t = Duration::from_secs(5);
-        let c = UpstreamClient::new(Timeouts { connect: t, read: t, idle_pool: t }, ca.to_str().unwrap());
+        let c = client(ca.to_str().unwrap());
         let base = BaseUrl::parse(&format!("https://127.0.0.1:{port}")).unwrap();
         let body = Bytes::from_static(br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#);
         let mut answer = c.send(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
