@@ -172,7 +172,7 @@ pub fn run(cli: Cli) -> ExitCode {
             };
             let c = &app.config.listen;
             log::info!("tollgate listening: gateway {}, management {}, metrics {}", c.gateway, c.management, c.metrics);
-            server.run_forever()
+            crate::server::run(server, app)
         }
         Command::Migrate(arg) => {
             let cfg = match load(&arg) {

@@ -23,6 +23,8 @@ pub enum ErrorKind {
     NotConfigured,
     Unavailable,
     UpstreamTimeout,
+    /// A provider's own 4xx, answered with the provider's status (API.md §Errors).
+    ProviderRefused(u16),
 }
 
 impl ErrorKind {
@@ -42,6 +44,7 @@ impl ErrorKind {
             UpstreamError => 502,
             NotConfigured | Unavailable => 503,
             UpstreamTimeout => 504,
+            ProviderRefused(status) => status,
         }
     }
 
@@ -64,6 +67,16 @@ impl ErrorKind {
             NotConfigured => "not_configured",
             Unavailable => "unavailable",
             UpstreamTimeout => "upstream_timeout",
+            ProviderRefused(status) => match status {
+                400 | 422 => "invalid_request",
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not_found",
+                409 => "conflict",
+                413 => "payload_too_large",
+                429 => "rate_limited",
+                _ => "upstream_error",
+            },
         }
     }
 }

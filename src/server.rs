@@ -40,7 +40,7 @@ pub enum StartError {
     Pingora(String),
 }
 
-/// The shared state plus the receipt writer, which becomes a background service.
+/// The shared state plus the receipt writer, started by [`build`].
 pub struct Prepared {
     pub app: Arc<App>,
     writer: ReceiptWriter,
@@ -67,7 +67,8 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     // The baseline set of this binary stays resolvable for receipts stamped with it.
     let baseline = crate::compliance::pack::baseline_set();
     rt.block_on(crate::compliance::pack_sets::record(&store, crate::store::packs::BASELINE_TENANT, baseline))?;
-    let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone());
+    let commit_timeout = std::time::Duration::from_millis(cfg.receipts.commit_timeout_ms.max(1));
+    let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout);
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let app = Arc::new(App {
         upstream: UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file),
@@ -148,9 +149,52 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     if app.config.storage.chain_audit_seconds > 0 {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
+    // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
+    writer.spawn();
+    server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));
     server.add_service(background_service("snapshot refresh", Refresher { app }));
-    server.add_service(background_service("receipt writer", writer));
     Ok(server)
+}
+
+/// Runs the server until SIGTERM (or SIGINT) has been handled, then waits (bounded) for the
+/// receipts still queued, so a request cut off at the end of the grace period keeps its receipt
+/// if it was handed over.
+pub fn run(server: Server, app: Arc<App>) -> ! {
+    server.run(pingora::server::RunArgs::default());
+    let limit = std::time::Duration::from_secs(app.config.server.graceful_shutdown_timeout_seconds.max(1));
+    let drained = store::db_runtime().block_on(crate::receipts::writer::drained(&app.receipts.stats, limit));
+    exit_after_shutdown(&app, drained)
+}
+
+fn exit_after_shutdown(app: &App, drained: bool) -> ! {
+    let s = &app.receipts.stats;
+    let (written, depth) = (s.written.load(Ordering::Relaxed), s.depth.load(Ordering::Relaxed));
+    if drained {
+        log::info!("shutdown: drained, written={written}");
+    } else {
+        log::error!("shutdown: {depth} receipts still queued after the shutdown timeout, written={written}");
+    }
+    log::logger().flush();
+    std::process::exit(0)
+}
+
+/// Pingora sleeps the whole grace period after SIGTERM even when nothing is left to do; this
+/// ends the process as soon as no gateway request is in flight and every receipt is written.
+struct EarlyExit {
+    app: Arc<App>,
+}
+
+#[async_trait]
+impl BackgroundService for EarlyExit {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        if shutdown.changed().await.is_err() || !*shutdown.borrow() {
+            return;
+        }
+        let grace = std::time::Duration::from_secs(self.app.config.server.grace_period_seconds);
+        if crate::receipts::writer::drained(&self.app.receipts.stats, grace).await {
+            exit_after_shutdown(&self.app, true);
+        }
+    }
 }
 
 /// Re-reads keys, credentials, teams and budgets and catches the ledger up with spend (changes

@@ -2,7 +2,7 @@
 
 mod support;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::{backends, http, Backend, Gateway, Standin};
 
 const PROVIDER_SECRET: &str = "sk-provider-secret-0001";
@@ -174,9 +174,23 @@ fn body_limit_upstream_failure_and_timeout() {
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.json()["error"]["type"], "upstream_timeout");
 
+    // A provider's 5xx is a 502 in the gateway's envelope, naming the provider's status and message.
     let r = g.post_gw("/v1/chat/completions", &g.key, br#"{"model":"gpt-fail","messages":[]}"#);
-    assert_eq!(r.status, 500, "the provider's own error is relayed as it is");
-    assert_eq!(r.json()["error"]["message"], "stand-in failure");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let err = &r.json()["error"];
+    assert_eq!((err["type"].as_str(), err["code"].as_u64()), (Some("upstream_error"), Some(502)));
+    assert_eq!(err["message"], "openai answered 500: stand-in failure");
+    let failed = receipt_of(&g, &r);
+    assert_eq!(failed["upstreamStatus"], "error");
+    assert!(failed["checks"].as_array().unwrap().contains(&json!({"name": "UPSTREAM", "result": "FAIL"})));
+    // A provider's 4xx keeps its status and Retry-After, in the envelope.
+    let r = g.post_gw("/v1/chat/completions", &g.key, br#"{"model":"gpt-busy","messages":[]}"#);
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("7"));
+    let err = &r.json()["error"];
+    assert_eq!((err["type"].as_str(), err["code"].as_u64()), (Some("rate_limited"), Some(429)));
+    assert_eq!(err["message"], "openai answered 429: slow down");
+    assert_eq!(receipt_of(&g, &r)["upstreamStatus"], "error");
 
     // A provider that refuses connections.
     let closed = support::free_port();
@@ -222,4 +236,19 @@ fn malformed_gateway_requests_get_400_naming_the_field() {
     let r = http::request(g.gw, "GET", "/v1/chat/completions", &[], b"");
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["code"], 404);
+    // Every answer to a valid key has its receipt, committed before the answer ended.
+    let auth = format!("Bearer {}", g.key);
+    let r = http::request(g.gw, "GET", "/v1/chat/completions", &[("Authorization", &auth)], b"");
+    assert_eq!(r.status, 404);
+    assert_eq!(receipt_of(&g, &r)["upstreamStatus"], "skipped");
+    let r = g.post_gw("/v1/chat/completions", &g.key, b"{\"model\":");
+    assert_eq!(receipt_of(&g, &r)["upstreamStatus"], "skipped");
+}
+
+/// The receipt named by an answer's `x-tollgate-receipt-id`, read at once (no wait, no retry).
+fn receipt_of(g: &Gateway, r: &support::Resp) -> Value {
+    let id = r.header("x-tollgate-receipt-id").expect("a receipt id on every answer to a valid key");
+    let got = g.mgmt("GET", &format!("/v1/receipts/{id}"), Some(&g.key), None);
+    assert_eq!(got.status, 200, "receipt {id} right after its answer: {}", got.text());
+    got.json()
 }

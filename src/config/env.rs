@@ -38,6 +38,14 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
             _ => return Err(invalid("TOLLGATE_STAMP_PACK_VERSION", "must be true, false, 1 or 0")),
         };
     }
+    if let Some(v) = var("TOLLGATE_RECEIPTS_COMMIT") {
+        cfg.receipts.commit = match v.trim() {
+            "before_answer" => super::CommitMode::BeforeAnswer,
+            "after_answer" => super::CommitMode::AfterAnswer,
+            _ => return Err(invalid("TOLLGATE_RECEIPTS_COMMIT", "must be before_answer or after_answer")),
+        };
+    }
+    number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     Ok(())
 }
 

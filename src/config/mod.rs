@@ -31,6 +31,32 @@ pub struct Config {
     pub pricing: BTreeMap<String, Price>,
     pub policies: PoliciesSection,
     pub compliance: ComplianceSection,
+    pub receipts: ReceiptsSection,
+}
+
+/// When a request's receipt is committed relative to its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitMode {
+    /// The last byte of an answer leaves only after its receipt is committed (API.md).
+    BeforeAnswer,
+    /// The answer leaves first and the receipt follows: less latency, but a crash or a database
+    /// outage can lose receipts of answered requests.
+    AfterAnswer,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReceiptsSection {
+    pub commit: CommitMode,
+    /// How long a batch is retried before its waiting requests are answered 503.
+    pub commit_timeout_ms: u64,
+}
+
+impl Default for ReceiptsSection {
+    fn default() -> Self {
+        ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000 }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -151,7 +177,7 @@ pub struct PricingFile {
 
 impl Default for ServerSection {
     fn default() -> Self {
-        ServerSection { threads: 2, grace_period_seconds: 1, graceful_shutdown_timeout_seconds: 5 }
+        ServerSection { threads: 2, grace_period_seconds: 30, graceful_shutdown_timeout_seconds: 5 }
     }
 }
 impl Default for ListenSection {
@@ -227,6 +253,7 @@ impl Default for Config {
             upstream: UpstreamSection::default(),
             providers: ProvidersSection::default(),
             compliance: ComplianceSection::default(),
+            receipts: ReceiptsSection::default(),
             routes: vec![
                 route("gpt-*", OpenAi),
                 route("chatgpt-*", OpenAi),

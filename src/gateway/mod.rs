@@ -7,9 +7,9 @@
 //! (DESIGN.md §2). `logging` runs for every request and records metrics.
 
 mod body;
-mod exchange;
+mod ending;
+mod relay;
 mod request;
-mod respond;
 mod routes;
 mod sse;
 
@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 
 use crate::app::App;
-use crate::config::ProviderName;
+use crate::config::{CommitMode, ProviderName};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::{self, METRICS};
 use crate::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
@@ -31,7 +31,8 @@ use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, Draft, Kind};
 use crate::snapshot::{KeyEntry, Snapshot};
 use crate::upstream::{UpstreamClient, UpstreamError};
-pub use exchange::UpstreamOutcome;
+use ending::Ending;
+pub use relay::UpstreamOutcome;
 use routes::Route;
 
 pub struct Gateway {
@@ -68,6 +69,8 @@ pub struct Ctx {
     upstream: UpstreamOutcome,
     /// The request as the checks saw it (None until it was parsed and routed).
     exchange: Option<Exchange>,
+    /// A check changed the request body (redaction).
+    body_changed: bool,
     /// The checks' per-request state and results.
     cx: pipeline::Ctx,
     /// The answer as the client got it, for the cache.
@@ -158,16 +161,41 @@ fn presented_key(session: &Session) -> Option<&str> {
     h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
+/// What the request stage learnt: the parsed request and the body the upstream gets.
+struct Admitted {
+    route: Route,
+    key: Arc<KeyEntry>,
+    parsed: request::ParsedRequest,
+}
+
 impl Gateway {
-    /// Runs one request to completion; an `Err` is answered by the caller as an envelope.
-    async fn handle(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), ApiError> {
+    /// Runs one request up to its ending; an `Err` is answered as an envelope.
+    async fn handle(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Ending, ApiError> {
+        let mut admitted = self.admit(session, ctx).await?;
+        let (step, json) = self.decide(session, ctx, &mut admitted);
+        match step {
+            Step::Continue => {}
+            Step::Block(e) => return Err(e),
+            Step::Serve(hit) => {
+                ctx.status = hit.status;
+                let mut h = ctx.answer_headers();
+                h.push(("x-tollgate-cache", "HIT".to_string()));
+                return Ok(Ending::cached(&hit, &h));
+            }
+        }
+        self.forward(session, ctx, admitted, json).await
+    }
+
+    /// Admit: the key, the route, the bounded body, and the parse.
+    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Admitted, ApiError> {
+        // An unknown route answers 404 with or without a key; with a valid one it has a receipt.
+        ctx.key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned();
         let req = session.req_header();
         let route = Route::resolve(&req.method, req.uri.path())
             .ok_or_else(|| ApiError::not_found(&format!("route {} {}", req.method, req.uri.path())))?;
         ctx.route = Some(route);
-        let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        let key = ctx.key.clone().ok_or_else(ApiError::unauthorized)?;
         key.touch();
-        ctx.key = Some(key.clone());
         ctx.end_user = header_str(session, "x-tollgate-actor");
 
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
@@ -184,27 +212,33 @@ impl Gateway {
         };
         ctx.provider = Some(parsed.provider);
         if ctx.end_user.is_none() {
-            ctx.end_user = parsed.user;
+            ctx.end_user = parsed.user.clone();
         }
+        Ok(Admitted { route, key, parsed })
+    }
 
+    /// Decide: the checks, in table order. Returns how the request phase ended and, when the
+    /// upstream needs an edited body, its JSON.
+    fn decide(&self, session: &Session, ctx: &mut Ctx, a: &mut Admitted) -> (Step, Option<serde_json::Value>) {
         let headers = &session.req_header().headers;
         let no_cache =
             headers.get_all(http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).any(|v| {
                 v.split(',').any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "no-cache" | "no-store"))
             });
+        let parsed = &mut a.parsed;
         let mut ex = Exchange {
             snap: ctx.snap.clone(),
-            key: key.clone(),
+            key: a.key.clone(),
             kind: Kind::ModelCall,
-            route: route.upstream_path(),
-            dialect: route.dialect(),
+            route: a.route.upstream_path(),
+            dialect: a.route.dialect(),
             provider: parsed.provider.as_str().into(),
             model: ctx.model.clone(),
             tool: None,
             stream: parsed.stream,
             max_tokens: parsed.max_tokens,
             prompt_tokens_est: pipeline::estimate_prompt_tokens(parsed.raw.len()),
-            body: match parsed.json {
+            body: match parsed.json.take() {
                 Some(json) => JsonBody::parsed(json),
                 None => JsonBody::lazy(parsed.raw.clone()),
             },
@@ -213,25 +247,23 @@ impl Gateway {
             now: chrono::Utc::now(),
         };
         let step = self.pipeline.on_request(&mut ex, &mut ctx.cx);
-        let body_changed = ex.body_changed;
-        let (stream, mut json) = (ex.stream, None);
-        if body_changed || (stream && route == Route::ChatCompletions) {
-            // The request checks are done with it: the body moves on to the upstream.
-            json = Some(ex.body.take_json());
-        }
+        ctx.body_changed = ex.body_changed;
+        // The request checks are done with the body: it moves on to the upstream when the
+        // gateway must edit it (a redaction, or a stream that must report usage).
+        let json = (ex.body_changed || (ex.stream && a.route == Route::ChatCompletions)).then(|| ex.body.take_json());
         ctx.exchange = Some(ex);
-        match step {
-            Step::Continue => {}
-            Step::Block(e) => return Err(e),
-            Step::Serve(hit) => {
-                ctx.status = hit.status;
-                let mut h = ctx.answer_headers();
-                h.push(("x-tollgate-cache", "HIT".to_string()));
-                respond::cached(session, &hit, &h).await.map_err(|_| ApiError::internal("client went away"))?;
-                return Ok(());
-            }
-        }
+        (step, json)
+    }
 
+    /// Forward: the provider's credential, the upstream call, and the relay of its answer.
+    async fn forward(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        a: Admitted,
+        mut json: Option<serde_json::Value>,
+    ) -> Result<Ending, ApiError> {
+        let Admitted { route, key, parsed } = a;
         let cred = ctx.snap.provider(key.tenant_id(), parsed.provider).cloned().ok_or_else(|| {
             ApiError::new(
                 ErrorKind::NotConfigured,
@@ -258,12 +290,12 @@ impl Gateway {
 
         let mut hide_usage_chunk = false;
         if let Some(j) = json.as_mut() {
-            if stream && call.dialect == providers::Dialect::OpenAi && route == Route::ChatCompletions {
+            if parsed.stream && call.dialect == providers::Dialect::OpenAi && route == Route::ChatCompletions {
                 hide_usage_chunk = providers::ensure_stream_usage(j);
             }
         }
-        let edited = json.filter(|_| body_changed || hide_usage_chunk);
-        let body = exchange::body_for_upstream(&parsed.raw, edited.as_ref());
+        let edited = json.filter(|_| ctx.body_changed || hide_usage_chunk);
+        let body = relay::body_for_upstream(&parsed.raw, edited.as_ref());
 
         let sent_at = Instant::now();
         // The upstream leg's futures are boxed: inlined, they made this future ~12 KiB, which
@@ -288,16 +320,17 @@ impl Gateway {
 
         let headers = ctx.answer_headers();
         let capture_limit = ctx.cx.cache_slot.is_some().then_some(ctx.snap.config.limits.cache_max_entry_bytes);
-        let plan = exchange::RelayPlan {
+        let plan = relay::RelayPlan {
             dialect: call.dialect,
             flavor: route.flavor(),
+            provider: parsed.provider.as_str(),
             hide_usage_chunk,
             headers: &headers,
             pipeline: &self.pipeline,
             cx: &mut ctx.cx,
             capture_limit,
         };
-        let relayed = Box::pin(exchange::relay(session, resp, plan)).await;
+        let relayed = Box::pin(relay::relay(session, resp, plan)).await;
         ctx.status = relayed.status;
         ctx.upstream = relayed.outcome;
         ctx.usage = relayed.usage;
@@ -309,10 +342,77 @@ impl Gateway {
             c.cost_usd = ctx.cost_usd;
             c
         });
-        if relayed.client_gone {
+        if matches!(relayed.ending, Ending::Gone) {
             log::info!("request {}: client disconnected before the answer was complete", ctx.request_id);
         }
-        Ok(())
+        Ok(relayed.ending)
+    }
+
+    /// Account: commit the receipt, settle the checks, then send the answer's ending. With
+    /// `receipts.commit: before_answer` (the default) the last byte leaves only after the
+    /// commit; an uncommitted receipt turns the ending into a refusal or a cut.
+    async fn end(&self, session: &mut Session, ctx: &mut Ctx, ending: Ending) -> pingora::Result<bool> {
+        if let Some(status) = ending.status() {
+            ctx.status = status;
+        }
+        self.record_metrics(ctx);
+        let draft = ctx.take_draft();
+        let (committed, deferred) = match (draft, self.app.config.receipts.commit) {
+            (None, _) => (true, None),
+            (Some(d), CommitMode::AfterAnswer) => (true, Some(d)),
+            (Some(d), CommitMode::BeforeAnswer) => match self.app.receipts.commit(d).await {
+                Ok(()) => (true, None),
+                Err(e) => {
+                    log::error!("request {}: {e}", ctx.request_id);
+                    (false, None)
+                }
+            },
+        };
+        self.complete(ctx, committed);
+        let ending = if committed {
+            ending
+        } else {
+            let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
+            ctx.status = 503;
+            ctx.error = Some(ErrorKind::Unavailable);
+            ending.uncommitted(flavor, &[("x-request-id", ctx.request_id.clone())])
+        };
+        let sent = ending.send(session).await;
+        if let Some(d) = deferred {
+            self.app.receipts.submit(d).await;
+        }
+        sent.map(|()| true)
+    }
+
+    /// What this request adds to the counters: its checks, tokens, cost and cache savings.
+    /// Recorded before the receipt takes the request's model and checks.
+    fn record_metrics(&self, ctx: &Ctx) {
+        for c in ctx.cx.checks.iter().chain(&ctx.cx.response_checks) {
+            metrics::local::check(&c.name, &c.result);
+        }
+        if let Some(saved) = ctx.cx.saved {
+            METRICS.cache_saved_usd.with_label_values(&[&ctx.model]).inc_by(saved.usd);
+        }
+        if let Some(u) = ctx.usage {
+            let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
+            metrics::local::usage(provider, &ctx.model, u.prompt_tokens, u.completion_tokens, ctx.cost_usd);
+        }
+    }
+
+    /// The checks' `on_complete` (settle reservations, fill the cache). A request whose receipt
+    /// was not committed is not billed and not cached.
+    fn complete(&self, ctx: &mut Ctx, committed: bool) {
+        if let Some(ex) = ctx.exchange.as_ref() {
+            let done = Outcome {
+                ex,
+                status: ctx.status,
+                upstream: ctx.upstream,
+                usage: ctx.usage,
+                cost_usd: if committed { ctx.cost_usd } else { 0.0 },
+                answer: ctx.captured.take().filter(|_| committed),
+            };
+            self.pipeline.on_complete(&done, &mut ctx.cx);
+        }
     }
 }
 
@@ -339,12 +439,14 @@ impl ProxyHttp for Gateway {
             cost_usd: 0.0,
             upstream: UpstreamOutcome::Skipped,
             exchange: None,
+            body_changed: false,
             cx: pipeline::Ctx::default(),
             captured: None,
         }
     }
 
-    /// Answers every request itself (always `Ok(true)`): see the module doc for why.
+    /// Answers every request itself (`Ok(true)`): see the module doc for why. `Err` only when
+    /// an answer must be cut off without its end.
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> pingora::Result<bool> {
         ctx.started = Instant::now();
         ctx.request_id = session
@@ -355,13 +457,16 @@ impl ProxyHttp for Gateway {
             .filter(|v| !v.is_empty() && v.len() <= 128)
             .map(str::to_string)
             .unwrap_or_else(new_id);
-        if let Err(e) = self.handle(session, ctx).await {
-            let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
-            ctx.status = e.status();
-            ctx.error = Some(e.kind);
-            respond::error(session, &e, flavor, ctx.answer_headers()).await?;
-        }
-        Ok(true)
+        let ending = match self.handle(session, ctx).await {
+            Ok(ending) => ending,
+            Err(e) => {
+                let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
+                ctx.status = e.status();
+                ctx.error = Some(e.kind);
+                Ending::error(&e, flavor, ctx.answer_headers())
+            }
+        };
+        self.end(session, ctx, ending).await
     }
 
     /// Never reached: `request_filter` always answers.
@@ -369,38 +474,21 @@ impl ProxyHttp for Gateway {
         Err(Error::explain(ErrorType::InternalError, "the gateway does not proxy through pingora"))
     }
 
-    /// Runs once per request after the answer, also on errors: the receipt goes to the writer's
-    /// queue (never to the database from here), then metrics.
+    /// `request_filter` fails only to cut an answer off without its end ([`Ending::Abort`]):
+    /// nothing more is written, and the connection is not reused.
+    async fn fail_to_proxy(&self, _session: &mut Session, _e: &Error, _ctx: &mut Ctx) -> FailToProxy {
+        FailToProxy { error_code: 0, can_reuse_downstream: false }
+    }
+
+    /// Runs once per request after the answer, also on errors: metrics. (The receipt was
+    /// committed, or queued, before the answer ended.)
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
-        if let Some(ex) = ctx.exchange.as_ref() {
-            let done = Outcome {
-                ex,
-                status: ctx.status,
-                upstream: ctx.upstream,
-                usage: ctx.usage,
-                cost_usd: ctx.cost_usd,
-                answer: ctx.captured.take(),
-            };
-            self.pipeline.on_complete(&done, &mut ctx.cx);
-        }
         let route = ctx.route.map(Route::label).unwrap_or("unknown");
         let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
         let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };
         metrics::local::request(route, provider, status, ctx.started.elapsed().as_secs_f64());
         if let Some(kind) = ctx.error {
             METRICS.errors.with_label_values(&[kind.type_name(), "gateway"]).inc();
-        }
-        for c in ctx.cx.checks.iter().chain(&ctx.cx.response_checks) {
-            metrics::local::check(&c.name, &c.result);
-        }
-        if let Some(saved) = ctx.cx.saved {
-            METRICS.cache_saved_usd.with_label_values(&[&ctx.model]).inc_by(saved.usd);
-        }
-        if let Some(u) = ctx.usage {
-            metrics::local::usage(provider, &ctx.model, u.prompt_tokens, u.completion_tokens, ctx.cost_usd);
-        }
-        if let Some(draft) = ctx.take_draft() {
-            self.app.receipts.submit(draft).await;
         }
     }
 }

@@ -1,20 +1,26 @@
-//! The receipt writer: a Pingora background service fed by a bounded queue.
+//! The receipt writer: group commit of receipts, the way databases commit their log.
 //!
-//! The request path only hands a [`Draft`] to the queue from the `logging` phase (no database
-//! call). The writer takes whatever is queued (up to [`MAX_BATCH`]) and appends it in one
-//! transaction (`store::receipts::append_batch`): seq, prevHash, JCS, SHA-256, Ed25519.
-//! A full queue makes `logging` wait (back-pressure), never drops. A failed batch is retried
-//! until it lands. On SIGTERM the writer keeps draining until no gateway request is still in
-//! flight and the queue is empty, then returns.
+//! A request hands its [`Draft`] to the queue and, by default, awaits its batch's commit before
+//! it sends the last bytes of its answer ([`ReceiptQueue::commit`]): when a client has its whole
+//! answer, its receipt is in the database (API.md, "No answer without its receipt").
+//!
+//! The writer runs on the database runtime, not on a Pingora runtime, so Pingora's shutdown never
+//! cancels it mid-batch. It takes whatever is queued (up to [`MAX_BATCH`]) and appends it in one
+//! transaction (`store::receipts::append_batch`): seq, prevHash, JCS, SHA-256, Ed25519. There is
+//! no fixed linger: the next batch starts as soon as the previous commit ends, so an idle gateway
+//! adds one commit to an answer and a busy one batches by itself (what arrives during a commit
+//! is the next batch).
+//!
+//! A batch that cannot be committed within `receipts.commit_timeout_ms` is given up: its waiting
+//! requests are told ([`CommitError`]) and answer 503 or end their stream with an error event,
+//! never cleanly. Drafts nobody waits for (`receipts.commit: after_answer`) are retried until they
+//! land, as their answers have already gone.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::signer::Signer;
 use super::Draft;
@@ -23,15 +29,10 @@ use crate::store::{self, Store};
 
 pub const QUEUE_CAPACITY: usize = 65_536;
 pub const MAX_BATCH: usize = 1024;
-/// How long the writer gathers a batch after its first receipt. Every batch pays a fixed
-/// price (a transaction, the chain head, spend rows, a dozen hand-offs to the SQLite thread);
-/// at 5 ms a busy gateway wrote ~30 receipts a batch, at 20 ms ~100, for a few µs less CPU
-/// per request. Nobody waits on it: receipts become readable at most this much later.
-const LINGER: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Default)]
 pub struct WriterStats {
-    /// Drafts handed over and not yet written.
+    /// Drafts handed over and not yet written (or given up).
     pub depth: AtomicI64,
     pub written: AtomicU64,
     /// Queue-to-commit time of the newest batch's oldest draft.
@@ -40,24 +41,59 @@ pub struct WriterStats {
     pub in_flight: AtomicI64,
     /// Consecutive failed attempts of the current batch (0 = healthy).
     pub failing: AtomicI64,
+    /// Receipts given up since start (their clients got no clean answer).
+    pub given_up: AtomicU64,
 }
 
-/// The request path's handle: clone-free, shared by the gateway.
+/// Why a receipt was not committed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommitError {
+    #[error("the receipt writer has stopped")]
+    Stopped,
+    #[error("the receipt could not be committed within {0:?}: {1}")]
+    Failed(Duration, String),
+}
+
+/// One queued receipt and, when its request waits for the commit, where to say how it went.
+struct Item {
+    draft: Draft,
+    queued: Instant,
+    waiter: Option<Waiter>,
+}
+
+type Waiter = oneshot::Sender<Result<(), CommitError>>;
+
+/// The request path's handle, shared by the gateway.
 pub struct ReceiptQueue {
-    tx: mpsc::Sender<(Draft, Instant)>,
+    tx: mpsc::Sender<Item>,
     pub stats: Arc<WriterStats>,
 }
 
 impl ReceiptQueue {
+    /// Queues `draft` and waits until it is committed (or given up).
+    pub async fn commit(&self, draft: Draft) -> Result<(), CommitError> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(draft, Some(tx)).await?;
+        rx.await.unwrap_or(Err(CommitError::Stopped))
+    }
+
+    /// Queues `draft` without waiting for its commit (`receipts.commit: after_answer`). A full
+    /// queue still makes the caller wait (back-pressure), never drops.
     pub async fn submit(&self, draft: Draft) {
-        self.stats.depth.fetch_add(1, Ordering::Relaxed);
-        METRICS.receipt_queue_depth.inc();
-        if self.tx.send((draft, Instant::now())).await.is_err() {
-            // Only after the writer has exited (process shutting down past its grace period).
-            self.stats.depth.fetch_sub(1, Ordering::Relaxed);
-            METRICS.receipt_queue_depth.dec();
+        if self.enqueue(draft, None).await.is_err() {
             log::error!("receipt writer has stopped; a receipt could not be queued");
         }
+    }
+
+    async fn enqueue(&self, draft: Draft, waiter: Option<Waiter>) -> Result<(), CommitError> {
+        self.stats.depth.fetch_add(1, Ordering::Relaxed);
+        METRICS.receipt_queue_depth.inc();
+        if self.tx.send(Item { draft, queued: Instant::now(), waiter }).await.is_err() {
+            self.stats.depth.fetch_sub(1, Ordering::Relaxed);
+            METRICS.receipt_queue_depth.dec();
+            return Err(CommitError::Stopped);
+        }
+        Ok(())
     }
 
     /// Counts a gateway request as in flight until the guard drops.
@@ -76,105 +112,137 @@ impl Drop for InFlight {
 }
 
 pub struct ReceiptWriter {
-    rx: Mutex<Option<mpsc::Receiver<(Draft, Instant)>>>,
+    rx: mpsc::Receiver<Item>,
     store: Store,
     signer: Arc<Signer>,
     stats: Arc<WriterStats>,
+    commit_timeout: Duration,
 }
 
-pub fn channel(store: Store, signer: Arc<Signer>) -> (ReceiptQueue, ReceiptWriter) {
+pub fn channel(store: Store, signer: Arc<Signer>, commit_timeout: Duration) -> (ReceiptQueue, ReceiptWriter) {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let stats = Arc::new(WriterStats::default());
-    (ReceiptQueue { tx, stats: stats.clone() }, ReceiptWriter { rx: Mutex::new(Some(rx)), store, signer, stats })
+    (ReceiptQueue { tx, stats: stats.clone() }, ReceiptWriter { rx, store, signer, stats, commit_timeout })
 }
 
 impl ReceiptWriter {
-    async fn write(&self, batch: Vec<(Draft, Instant)>) {
-        let oldest = batch.iter().map(|(_, t)| *t).min().unwrap_or_else(Instant::now);
-        let n = batch.len();
-        let drafts: std::sync::Arc<[Draft]> = batch.into_iter().map(|(d, _)| d).collect();
-        let mut backoff = Duration::from_millis(50);
+    /// Starts the writer on the database runtime; it runs until every queue handle is dropped.
+    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+        store::db_runtime().spawn(self.run())
+    }
+
+    async fn run(mut self) {
+        let mut items: Vec<Item> = Vec::with_capacity(64);
+        while let Some(first) = self.rx.recv().await {
+            items.push(first);
+            while items.len() < MAX_BATCH {
+                match self.rx.try_recv() {
+                    Ok(item) => items.push(item),
+                    Err(_) => break,
+                }
+            }
+            let oldest = items.iter().map(|i| i.queued).min().unwrap_or_else(Instant::now);
+            let mut waiters = Vec::with_capacity(items.len());
+            let drafts: Arc<[Draft]> = items
+                .drain(..)
+                .map(|i| {
+                    waiters.push(i.waiter);
+                    i.draft
+                })
+                .collect();
+            self.write(drafts, waiters, oldest).await;
+        }
+        log::info!("receipt writer stopped: {} written", self.stats.written.load(Ordering::Relaxed));
+    }
+
+    /// Commits one batch, retrying with backoff until the commit timeout; then gives up the
+    /// drafts whose requests wait (they answer without a clean ending) and keeps retrying the
+    /// others, whose answers have already gone.
+    async fn write(&self, mut drafts: Arc<[Draft]>, mut waiters: Vec<Option<Waiter>>, oldest: Instant) {
+        let mut deadline = Instant::now() + self.commit_timeout;
+        let mut backoff = Duration::from_millis(20);
         loop {
+            let n = drafts.len();
             let started = Instant::now();
-            match store::receipts::append_batch(&self.store, drafts.clone(), self.signer.clone()).await {
-                Ok(_) => {
+            let attempt = store::receipts::append_batch(&self.store, drafts.clone(), self.signer.clone());
+            let err = match tokio::time::timeout_at(deadline.into(), attempt).await {
+                Ok(Ok(_)) => {
                     METRICS.receipt_write_seconds.observe(started.elapsed().as_secs_f64());
                     METRICS.receipt_batch_size.observe(n as f64);
                     METRICS.receipts_written.inc_by(n as u64);
-                    METRICS.receipt_queue_depth.sub(n as i64);
-                    self.stats.depth.fetch_sub(n as i64, Ordering::Relaxed);
+                    self.done(n);
                     self.stats.written.fetch_add(n as u64, Ordering::Relaxed);
                     self.stats.lag_ms.store(oldest.elapsed().as_millis() as i64, Ordering::Relaxed);
                     self.stats.failing.store(0, Ordering::Relaxed);
+                    for w in waiters.into_iter().flatten() {
+                        let _ = w.send(Ok(()));
+                    }
                     return;
                 }
-                Err(e) => {
-                    let attempts = self.stats.failing.fetch_add(1, Ordering::Relaxed) + 1;
-                    log::error!("receipt batch of {n} failed (attempt {attempts}), retrying in {backoff:?}: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-}
-
-/// Moves what is queued into `batch`, up to [`MAX_BATCH`].
-fn drain(rx: &mut mpsc::Receiver<(Draft, Instant)>, batch: &mut Vec<(Draft, Instant)>) {
-    while batch.len() < MAX_BATCH {
-        match rx.try_recv() {
-            Ok(item) => batch.push(item),
-            Err(_) => return,
-        }
-    }
-}
-
-#[async_trait]
-impl BackgroundService for ReceiptWriter {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let Some(mut rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
-            log::error!("receipt writer started twice");
-            return;
-        };
-        let mut closing = false;
-        loop {
-            let first = if closing {
-                match rx.try_recv() {
-                    Ok(item) => item,
-                    Err(mpsc::error::TryRecvError::Empty) => {
-                        if self.stats.in_flight.load(Ordering::Relaxed) <= 0 {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        continue;
-                    }
-                    Err(mpsc::error::TryRecvError::Disconnected) => break,
-                }
-            } else {
-                tokio::select! {
-                    r = rx.recv() => match r {
-                        Some(item) => item,
-                        None => break,
-                    },
-                    _ = shutdown.changed() => {
-                        closing = true;
-                        continue;
-                    }
-                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "timed out".to_string(),
             };
-            let mut batch = Vec::with_capacity(64);
-            batch.push(first);
-            // Gather for a few ms: every batch pays a fixed price (a transaction, the chain
-            // head, spend rows), so under load fewer, larger batches cost far less CPU per
-            // receipt. Sleeping instead of waiting on the queue also spares a thread wake-up per
-            // request. Nobody waits on this: the answers have already gone out.
-            drain(&mut rx, &mut batch);
-            if !closing && batch.len() < MAX_BATCH {
-                tokio::time::sleep(LINGER).await;
-                drain(&mut rx, &mut batch);
+            let attempts = self.stats.failing.fetch_add(1, Ordering::Relaxed) + 1;
+            log::error!("receipt batch of {n} failed (attempt {attempts}): {err}");
+            if Instant::now() + backoff >= deadline {
+                (drafts, waiters) = self.give_up_waiting(&drafts, waiters, &err);
+                if drafts.is_empty() {
+                    return;
+                }
+                deadline = Instant::now() + self.commit_timeout;
             }
-            self.write(batch).await;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
-        log::info!("receipt writer stopped: {} written", self.stats.written.load(Ordering::Relaxed));
+    }
+
+    /// Tells every waiting request that its receipt was not committed and drops its draft: its
+    /// client gets no clean answer, and nothing is billed. Returns the drafts nobody waits for.
+    fn give_up_waiting(
+        &self,
+        drafts: &[Draft],
+        waiters: Vec<Option<Waiter>>,
+        err: &str,
+    ) -> (Arc<[Draft]>, Vec<Option<Waiter>>) {
+        let mut kept = Vec::new();
+        for (draft, waiter) in drafts.iter().zip(waiters) {
+            match waiter {
+                Some(w) => {
+                    let _ = w.send(Err(CommitError::Failed(self.commit_timeout, err.to_string())));
+                }
+                None => kept.push(draft.clone()),
+            }
+        }
+        let dropped = drafts.len() - kept.len();
+        if dropped > 0 {
+            self.done(dropped);
+            self.stats.given_up.fetch_add(dropped as u64, Ordering::Relaxed);
+            log::error!(
+                "gave up {dropped} receipts after {:?}; their requests end without a clean answer",
+                self.commit_timeout
+            );
+        }
+        let waiters = kept.iter().map(|_| None).collect();
+        (kept.into(), waiters)
+    }
+
+    fn done(&self, n: usize) {
+        METRICS.receipt_queue_depth.sub(n as i64);
+        self.stats.depth.fetch_sub(n as i64, Ordering::Relaxed);
+    }
+}
+
+/// Waits until no gateway request is in flight and every queued receipt is written or given up,
+/// checking every few ms; false when `limit` passed first.
+pub async fn drained(stats: &WriterStats, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if stats.in_flight.load(Ordering::Relaxed) <= 0 && stats.depth.load(Ordering::Relaxed) <= 0 {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

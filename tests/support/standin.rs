@@ -2,6 +2,8 @@
 //! answers like OpenAI or Anthropic would. Behaviour is chosen by the request:
 //! - model `gpt-hang`: never answers (for upstream timeouts);
 //! - model `gpt-fail`: HTTP 500 with an OpenAI error body;
+//! - model `gpt-busy`: HTTP 429 with `retry-after: 7` and an OpenAI error body;
+//! - model `gpt-slow`: answers normally after one second (requests in flight for a while);
 //! - `"stream": true`: SSE; when the stand-in is gated, it sends the first event, then waits
 //!   for [`Standin::release`] before the rest (to prove the gateway does not buffer);
 //! - a last message whose text starts with `ECHO:`: the answer text is the rest of it, and a
@@ -128,6 +130,22 @@ async fn serve_conn(
         let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_string();
         if model == "gpt-hang" {
             std::future::pending::<()>().await;
+        }
+        if model == "gpt-slow" {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        if model == "gpt-busy" {
+            let b = serde_json::to_vec(
+                &json!({"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}}),
+            )
+            .unwrap();
+            let head = format!(
+                "HTTP/1.1 429 X\r\ncontent-type: application/json\r\nretry-after: 7\r\ncontent-length: {}\r\n\r\n",
+                b.len()
+            );
+            sock.write_all(head.as_bytes()).await?;
+            sock.write_all(&b).await?;
+            continue;
         }
         if model == "gpt-fail" {
             let b =
