@@ -95,6 +95,125 @@ fn rate_limits_answer_429_with_headers_and_changes_apply_on_the_next_request() {
     }
 }
 
+fn create_key(g: &Gateway, label: &str, limits: Value) -> String {
+    let r = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&json!({ "label": label })));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let (id, key) = (r.json()["id"].as_str().unwrap().to_string(), r.json()["key"].as_str().unwrap().to_string());
+    let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&limits));
+    assert_eq!(r.status, 200, "{}", r.text());
+    key
+}
+
+const REQUESTS_TRIPLE: [&str; 3] =
+    ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"];
+const TOKENS_TRIPLE: [&str; 3] =
+    ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"];
+
+/// Asserts which rate-limit triples an answer carries: exactly those of the key's limits.
+fn assert_triples(r: &http::Resp, requests: bool, tokens: bool) {
+    for (triple, expected) in [(REQUESTS_TRIPLE, requests), (TOKENS_TRIPLE, tokens)] {
+        for name in triple {
+            assert_eq!(r.header(name).is_some(), expected, "{name} on a {} answer", r.status);
+        }
+    }
+}
+
+/// `Retry-After` in whole seconds and `retry-after-ms` (read by the OpenAI SDK) tell the
+/// same wait.
+fn assert_retry_after(r: &http::Resp) -> u64 {
+    let s: u64 = r.header("retry-after").expect("Retry-After").parse().unwrap();
+    let ms: u64 = r.header("retry-after-ms").expect("retry-after-ms").parse().unwrap();
+    assert!((1..=120_000).contains(&ms), "{ms}");
+    assert_eq!(s, ms.div_ceil(1000), "Retry-After {s} s vs retry-after-ms {ms}");
+    ms
+}
+
+/// Issue 16 §3.1: every answer of a limited key carries OpenAI's triple for each limit the key
+/// has, and every 429 `Retry-After` and `retry-after-ms`, whichever limit refused.
+#[test]
+fn rate_limit_headers_name_every_limit_of_the_key() {
+    for b in backends() {
+        let (g, up) = setup(&b, &[]);
+        let rpm_only = create_key(&g, "rpm-only", json!({"rpmLimit": 1}));
+        let both = create_key(&g, "both", json!({"rpmLimit": 1, "tpmLimit": 100_000}));
+        let tpm_first = create_key(&g, "both-tokens", json!({"rpmLimit": 100, "tpmLimit": 1000}));
+
+        let ok = chat(&g, &rpm_only, &ask("hi"));
+        assert_eq!(ok.status, 200, "{}", ok.text());
+        assert_triples(&ok, true, false);
+        let limited = chat(&g, &rpm_only, &ask("hi"));
+        assert_eq!(limited.status, 429, "{}", limited.text());
+        assert_triples(&limited, true, false);
+        assert_retry_after(&limited);
+
+        let ok = chat(&g, &both, &ask("hi"));
+        assert_eq!(ok.status, 200, "{}", ok.text());
+        assert_triples(&ok, true, true);
+        assert_eq!(ok.header("x-ratelimit-limit-tokens"), Some("100000"));
+        let before = up.count();
+        let limited = chat(&g, &both, &ask("hi"));
+        assert_eq!(limited.status, 429, "{}", limited.text());
+        assert_eq!(up.count(), before, "a limited request must not reach the upstream");
+        assert!(limited.json()["error"]["message"].as_str().unwrap().contains("requests per minute"));
+        assert_triples(&limited, true, true);
+        assert_eq!(limited.header("x-ratelimit-remaining-requests"), Some("0"));
+        assert_retry_after(&limited);
+
+        // Refused by the token limit: the requests triple comes along.
+        let ok = chat(&g, &tpm_first, &ask("USAGE:1489"));
+        assert_eq!(ok.status, 200, "{}", ok.text());
+        assert_triples(&ok, true, true);
+        let limited = chat(&g, &tpm_first, &ask("hi"));
+        assert_eq!(limited.status, 429, "{}", limited.text());
+        assert!(limited.json()["error"]["message"].as_str().unwrap().contains("tokens per minute"));
+        assert_triples(&limited, true, true);
+        assert_eq!(limited.header("x-ratelimit-remaining-requests"), Some("99"));
+        assert_retry_after(&limited);
+        let (checks, _) = receipt_of(&g, &limited);
+        assert_eq!(checks, ["RATELIMIT:BLOCK", "UPSTREAM:SKIPPED"]);
+    }
+}
+
+/// Issue 16 §3.2: a `tpmLimit` under the default answer reservation (1024) takes a first small
+/// request without `max_tokens`; once it has used 1500 tokens the next one waits. Only a
+/// request whose own `max_tokens` is over the limit is refused outright.
+#[test]
+fn a_small_token_limit_takes_a_first_request_without_max_tokens() {
+    for b in backends() {
+        let (g, up) = setup(&b, &[]);
+        let key = create_key(&g, "tpm", json!({"tpmLimit": 1000}));
+
+        // The stand-in reports 11 + 1489 = 1500 tokens used.
+        let ok = chat(&g, &key, &ask("USAGE:1489"));
+        assert_eq!(ok.status, 200, "{}", ok.text());
+        assert_eq!(ok.json()["usage"]["total_tokens"], 1500);
+        assert_triples(&ok, false, true);
+        assert_eq!(ok.header("x-ratelimit-limit-tokens"), Some("1000"));
+        let (checks, _) = receipt_of(&g, &ok);
+        assert_eq!(checks, ["RATELIMIT:PASS", "UPSTREAM:PASS"]);
+
+        let before = up.count();
+        let limited = chat(&g, &key, &ask("hi"));
+        assert_eq!(limited.status, 429, "{}", limited.text());
+        assert_eq!(up.count(), before, "a limited request must not reach the upstream");
+        assert_eq!(limited.json()["error"]["type"], "rate_limited");
+        assert_triples(&limited, false, true);
+        assert_eq!(limited.header("x-ratelimit-remaining-tokens"), Some("0"));
+        assert_retry_after(&limited);
+        assert_eq!(limited.header("x-should-retry"), None, "it fits once the window has moved on");
+
+        // Its own cap over the whole limit can never pass, and the SDKs are told not to retry.
+        let mut big = ask("hi");
+        big["max_completion_tokens"] = json!(1000);
+        let never = chat(&g, &key, &big);
+        assert_eq!(never.status, 429, "{}", never.text());
+        assert!(never.json()["error"]["message"].as_str().unwrap().contains("max_tokens"), "{}", never.text());
+        assert_eq!(never.header("x-should-retry"), Some("false"));
+        assert_retry_after(&never);
+        assert_eq!(up.count(), before);
+    }
+}
+
 #[test]
 fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() {
     for b in backends() {

@@ -7,7 +7,9 @@
 //! - `"stream": true`: SSE; when the stand-in is gated, it sends the first event, then waits
 //!   for [`Standin::release`] before the rest (to prove the gateway does not buffer);
 //! - a last message whose text starts with `ECHO:`: the answer text is the rest of it, and a
-//!   streamed answer sends each `|`-separated piece as its own event (to split text on purpose).
+//!   streamed answer sends each `|`-separated piece as its own event (to split text on purpose);
+//! - a last message whose text starts with `USAGE:<n>`: a chat answer reports `n` completion
+//!   tokens (11 prompt tokens as always), to use up token limits with few requests.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -155,6 +157,10 @@ async fn serve_conn(
         }
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         let echo = echo_text(&body);
+        let completion_tokens = last_text(&body)
+            .and_then(|t| t.strip_prefix("USAGE:").and_then(|n| n.trim().parse::<u64>().ok()))
+            .unwrap_or(7);
+        let usage = json!({"prompt_tokens": 11, "completion_tokens": completion_tokens, "total_tokens": 11 + completion_tokens});
         let reply = echo.clone().map(|e| e.replace('|', "")).unwrap_or_else(|| "Hello from stand-in".to_string());
         let pieces: Vec<String> = match &echo {
             Some(e) => e.split('|').map(str::to_string).collect(),
@@ -177,7 +183,7 @@ async fn serve_conn(
             ("/v1/chat/completions", false) => {
                 let b = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
+                    "usage": usage});
                 write_json(&mut sock, 200, &b).await?
             }
             ("/v1/chat/completions", true) => {
@@ -195,7 +201,7 @@ async fn serve_conn(
                 if include_usage {
                     events.push(
                         json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
-                        "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}),
+                        "choices": [], "usage": usage}),
                     );
                 }
                 let mut texts: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
@@ -246,15 +252,19 @@ async fn serve_conn(
     Ok(())
 }
 
-/// The text after `ECHO:` in the last message (string content or text parts).
+/// The text after `ECHO:` in the last message.
 fn echo_text(body: &Value) -> Option<String> {
+    last_text(body)?.strip_prefix("ECHO:").map(str::to_string)
+}
+
+/// The text of the last message (string content or text parts).
+fn last_text(body: &Value) -> Option<String> {
     let last = body.get("messages")?.as_array()?.last()?;
-    let text = match last.get("content")? {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
-        _ => return None,
-    };
-    text.strip_prefix("ECHO:").map(str::to_string)
+    match last.get("content")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect()),
+        _ => None,
+    }
 }
 
 async fn write_json(sock: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
