@@ -44,11 +44,11 @@ fn every_request_with_a_valid_key_leaves_exactly_one_receipt() {
         let failed = chat(&g, &g.key, r#"{"model":"gpt-fail","messages":[]}"#);
         let invalid = chat(&g, &g.key, r#"{"model":"gpt-4o-mini"}"#);
         let unauthenticated = chat(&g, "tollgate_sk_nope", r#"{"model":"gpt-4o-mini","messages":[]}"#);
-        assert_eq!((ok.status, failed.status, invalid.status, unauthenticated.status), (200, 500, 400, 401));
+        assert_eq!((ok.status, failed.status, invalid.status, unauthenticated.status), (200, 502, 400, 401));
         assert!(unauthenticated.header("x-tollgate-receipt-id").is_none(), "no key, no receipt");
         let ids: Vec<String> =
             [&ok, &failed, &invalid].iter().map(|r| r.header("x-tollgate-receipt-id").unwrap().to_string()).collect();
-        assert_eq!(g.wait_receipts(&g.key, 3), 3);
+        assert_eq!(g.newest_seq(&g.key), 3, "committed before the answers ended");
 
         let r = receipt(&g, &g.key, &ids[0]);
         assert_eq!(r["seq"], 1);
