@@ -169,10 +169,12 @@ fn body_limit_upstream_failure_and_timeout() {
     assert_eq!(r.status, 413);
     assert_eq!(r.json()["error"]["type"], "payload_too_large");
     assert_eq!(up.count(), 0, "nothing reached the upstream");
+    assert_eq!(g.receipt_of(&r)["upstreamStatus"], "skipped", "a 413 to a valid key has its receipt");
 
     let r = g.post_gw("/v1/chat/completions", &g.key, br#"{"model":"gpt-hang","messages":[]}"#);
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.json()["error"]["type"], "upstream_timeout");
+    assert_eq!(g.receipt_of(&r)["upstreamStatus"], "timeout");
 
     // A provider's 5xx is a 502 in the gateway's envelope, naming the provider's status and message.
     let r = g.post_gw("/v1/chat/completions", &g.key, br#"{"model":"gpt-fail","messages":[]}"#);
@@ -199,6 +201,7 @@ fn body_limit_upstream_failure_and_timeout() {
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(r.json()["error"]["type"], "upstream_error");
     assert_eq!(r.json()["error"]["param"], Value::Null);
+    assert_eq!(g.receipt_of(&r)["upstreamStatus"], "error");
 
     // No credentials at all for a provider.
     let r = g.post_gw("/v1/messages", &g.key, br#"{"model":"claude-3-5-haiku","messages":[]}"#);
