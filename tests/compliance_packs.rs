@@ -109,8 +109,31 @@ fn packs_coverage_stamps_and_receipt_controls() {
         assert_eq!((llm10["check"].as_str(), llm10["result"].as_str()), (Some("RATELIMIT"), Some("BLOCK")), "{llm10}");
         let art12 = control(&rc, "eu-ai-act", "eu-ai-act:art-12");
         assert_eq!((art12["check"].as_str(), art12["result"].as_str()), (Some("RECEIPT"), Some("PASS")));
-        let art10 = control(&rc, "eu-ai-act", "eu-ai-act:art-10");
-        assert!(art10["check"].is_null() && art10["result"].is_null(), "external: {art10}");
+        // Only what this receipt's checks prove is listed, each with strings (the seed's types):
+        // no external control, no control whose checks did not run here (GUARDRAIL, for LLM02).
+        for fw in rc["frameworks"].as_array().unwrap() {
+            for c in fw["controls"].as_array().unwrap() {
+                assert!(c["check"].is_string() && c["result"].is_string(), "{c}");
+                assert_ne!(c["coverage"], "external", "{c}");
+            }
+        }
+        let listed = |doc: &Value, framework: &str, id: &str| {
+            let fw = doc["frameworks"].as_array().unwrap().iter().find(|f| f["framework"] == framework).unwrap();
+            fw["controls"].as_array().unwrap().iter().any(|c| c["id"] == id)
+        };
+        assert!(!listed(&rc, "eu-ai-act", "eu-ai-act:art-10"), "external: {rc}");
+        assert!(!listed(&rc, "owasp-llm-2025", "owasp-llm-2025:LLM02"), "GUARDRAIL did not run: {rc}");
+        // The same reading as the control's receipts list: a control is listed for this receipt
+        // exactly when the receipt is among the receipts that prove it.
+        for p in get(&g, &key, "/v1/compliance/packs")["data"].as_array().unwrap() {
+            let fw = p["framework"].as_str().unwrap();
+            for c in get(&g, &key, &format!("/v1/compliance/coverage/{fw}"))["controls"].as_array().unwrap() {
+                let id = c["id"].as_str().unwrap();
+                let proving = get(&g, &key, &format!("/v1/compliance/coverage/{fw}/controls/{id}/receipts?limit=200"));
+                let proves = proving["receipts"].as_array().unwrap().iter().any(|r| r["receiptId"] == blocked.as_str());
+                assert_eq!(listed(&rc, fw, id), proves, "{id}");
+            }
+        }
         let one = get(&g, &key, &format!("/v1/compliance/receipts/{blocked}/controls?framework=soc2"));
         assert_eq!(one["frameworks"].as_array().unwrap().len(), 1);
         let cc61 = control(&one, "soc2", "soc2:CC6.1");
@@ -148,7 +171,10 @@ fn packs_coverage_stamps_and_receipt_controls() {
         let bad = put_pack(&g, &key, "acme-ai", &ACME.replace("[RATELIMIT, BUDGET]", "[RATELIMIT, SPEED]"));
         assert_eq!(bad.status, 400);
         let msg = bad.json()["error"]["message"].as_str().unwrap().to_string();
-        assert!(msg.starts_with("pack:8:") && msg.contains("provenBy[1]") && msg.contains("SPEED"), "{msg}");
+        assert!(msg.starts_with("line 8, column ") && msg.contains("provenBy[1]") && msg.contains("SPEED"), "{msg}");
+        let msg =
+            put_pack(&g, &key, "acme-ai", "framework: [").json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.starts_with("line ") && msg.contains(", column ") && !msg.contains("pack:"), "{msg}");
         assert_eq!(put_pack(&g, &key, "other", ACME).status, 400, "path and framework differ");
         assert_eq!(put_pack(&g, &key, "acme-ai", "framework: [").status, 400);
         let created = put_pack(&g, &key, "acme-ai", ACME);
@@ -256,4 +282,25 @@ fn another_tenants_packs_and_receipts_are_not_found() {
         let theirs = get(&g, &other, "/v1/compliance/coverage/eu-ai-act/controls/art-12/receipts");
         assert!(theirs["receipts"].as_array().unwrap().is_empty(), "{theirs}");
     }
+}
+
+#[test]
+fn check_config_names_the_pack_file_line_and_column() {
+    let dir = std::env::temp_dir().join(format!("tollgate-pack-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Not in the policy directory, which check-config reads as policies.
+    let file = std::env::temp_dir().join(format!("tollgate-pack-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, ACME.replace("[RATELIMIT, BUDGET]", "[RATELIMIT, SPEED]")).unwrap();
+    let out = std::process::Command::new(support::bin())
+        .args(["check-config", "--pack", file.to_str().unwrap()])
+        .env("TOLLGATE_POLICY_DIR", &dir)
+        .env("TOLLGATE_DATA_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // On the command line a position stays `file:line:column`, the form editors and CI jump to.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:8:", file.display())) && err.contains("provenBy[1]"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&file);
 }

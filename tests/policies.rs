@@ -143,25 +143,46 @@ fn invalid_policies_are_400_with_line_column_and_field() {
         let g = Gateway::start(&b, &[]);
         let bad = |yaml: &str| invalid_message(&post(&g, &g.key, json!({"name": "x", "enabled": true, "yaml": yaml})));
 
+        // Positions read as words, not as a compiler's `origin:line:col`.
+        let bad = |yaml: &str| {
+            let m = bad(yaml);
+            assert!(m.starts_with("field `yaml` is not a valid policy: line "), "{m}");
+            m
+        };
         // Broken YAML syntax.
         let m = bad("rules:\n  - id: a\n    action: deny\n   match: {model: x}\n");
-        assert!(m.contains("policy:4:"), "{m}");
+        assert!(m.contains("line 4, column "), "{m}");
         // Unknown field.
         let m = bad("rules:\n  - id: a\n    action: deny\n    colour: red\n");
-        assert!(m.contains("policy:4:5: field `rules[0]") && m.contains("unknown field `colour`"), "{m}");
+        assert!(m.contains("line 4, column 5: field `rules[0]") && m.contains("unknown field `colour`"), "{m}");
         // Wrong enum value.
         let m = bad("cache:\n  mode: sometimes\n");
-        assert!(m.contains("policy:2:9: field `cache.mode`") && m.contains("sometimes"), "{m}");
+        assert!(m.contains("line 2, column 9: field `cache.mode`") && m.contains("sometimes"), "{m}");
+        // A wrong value deep in a rule names its whole path.
+        let m = bad("rules:\n  - id: a\n    match: {model: {x: 1}}\n    action: deny\n");
+        assert!(m.contains("line 3, column ") && m.contains(": field `rules[0].match.model`: "), "{m}");
         // What serde cannot check: regexes, time windows, duplicate ids, tenant.
         let m = bad("guardrails:\n  patterns:\n    - pattern: \"(unclosed\"\n      action: block\n");
-        assert!(m.contains("policy:3:") && m.contains("guardrails.patterns[0].pattern"), "{m}");
+        assert!(m.contains("line 3, column ") && m.contains("guardrails.patterns[0].pattern"), "{m}");
         let m =
             bad("rules:\n  - id: night\n    match:\n      time:\n        hours: \"22:00-30:00\"\n    action: deny\n");
-        assert!(m.contains("policy:5:") && m.contains("rules[0].match.time.hours"), "{m}");
+        assert!(m.contains("line 5, column ") && m.contains("rules[0].match.time.hours"), "{m}");
         let m = bad("rules:\n  - {id: a, action: deny}\n  - {id: a, action: allow}\n");
-        assert!(m.contains("policy:3:") && m.contains("rules[1].id") && m.contains("duplicate"), "{m}");
+        assert!(m.contains("line 3, column ") && m.contains("rules[1].id") && m.contains("duplicate"), "{m}");
         let m = bad("tenant: acme\nrules: []\n");
-        assert!(m.contains("policy:1:1: field `tenant`"), "{m}");
+        assert!(m.contains("line 1, column 1: field `tenant`"), "{m}");
+        // PUT validates the same way.
+        let id =
+            post(&g, &g.key, json!({"name": "ok", "yaml": "rules: []\n"})).json()["id"].as_str().unwrap().to_string();
+        let r = g.mgmt(
+            "PUT",
+            &format!("/v1/policies/{id}"),
+            Some(&g.key),
+            Some(&json!({"name": "ok", "yaml": "cache:\n  mode: sometimes\n"})),
+        );
+        let m = invalid_message(&r);
+        assert!(m.starts_with("field `yaml` is not a valid policy: line 2, column 9: field `cache.mode`"), "{m}");
+        assert_eq!(g.mgmt("DELETE", &format!("/v1/policies/{id}"), Some(&g.key), None).status, 204);
 
         // The request body itself.
         let m = invalid_message(&post(&g, &g.key, json!({"enabled": true, "yaml": ""})));

@@ -26,10 +26,15 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
             (Some("openai"), Some("active"), Some("...9876"))
         );
         assert!(v["updatedAt"].as_str().unwrap().ends_with('Z'));
+        // The seed: the response contains only the masked credential, nothing beside it.
+        assert_eq!(keys_of(&v), MASKED_FIELDS, "{v}");
 
         let list = g.mgmt("GET", "/v1/providers", Some(&g.key), None).json();
         let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["provider"].as_str().unwrap()).collect();
         assert_eq!(names, ["openai", "anthropic", "bedrock", "vertex"]);
+        for p in list.as_array().unwrap() {
+            assert_eq!(keys_of(p), MASKED_FIELDS, "{p}");
+        }
         assert_eq!(list[1]["status"], "unconfigured");
 
         // Live test: the stand-in sees one authenticated minimal call.
@@ -74,6 +79,7 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
             Some(&json!({"access_key_id": "AKIAEXAMPLE1234", "secret_access_key": "wJalrXUtnFEMI/K7MDENG", "region": "us-east-1"})));
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["keyHint"], "...1234");
+        assert_eq!(keys_of(&r.json()), MASKED_FIELDS, "no region beside the masked credential");
         let r = g.mgmt("PUT", "/v1/providers/mistral", Some(&g.key), Some(&json!({"api_key": "x"})));
         assert_eq!(r.status, 400);
         assert!(r.text().contains("openai, anthropic, bedrock, vertex"));
@@ -94,6 +100,30 @@ fn provider_credentials_are_masked_everywhere_and_encrypted_at_rest() {
             }
         }
     }
+}
+
+/// The seed's masked provider credential, sorted.
+const MASKED_FIELDS: [&str; 4] = ["keyHint", "provider", "status", "updatedAt"];
+
+fn keys_of(v: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys
+}
+
+#[test]
+fn status_lists_webhooks_as_unconfigured_without_degrading() {
+    let g = Gateway::start(&Backend::Sqlite, &[]);
+    let status = g.mgmt("GET", "/status", None, None).json();
+    let components = status["components"].as_array().unwrap();
+    let hooks = components.iter().find(|c| c["name"] == "webhooks").unwrap_or_else(|| panic!("{status}"));
+    assert_eq!((hooks["status"].as_str(), hooks["critical"].as_bool()), (Some("unconfigured"), Some(false)), "{hooks}");
+    assert!(hooks["group"].is_string(), "{hooks}");
+    assert!(hooks["detail"].as_str().unwrap().contains("not configured"), "{hooks}");
+    // Nothing else is wrong on a fresh gateway, so the unconfigured webhooks leave it operational.
+    let others: Vec<&Value> = components.iter().filter(|c| c["name"] != "webhooks").collect();
+    assert!(others.iter().all(|c| c["status"] == "operational"), "{status}");
+    assert_eq!(status["status"], "operational", "{status}");
 }
 
 #[test]

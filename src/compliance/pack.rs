@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::compliance::walk::CHECK_ORDER;
+use crate::config::Origin;
 use crate::policy::validate::{find, located};
 
 /// Names a control may be proven by: the check names of API.md, plus `RECEIPT` (the signed,
@@ -137,10 +138,11 @@ fn regex_framework() -> &'static regex::Regex {
 }
 
 impl Pack {
-    /// Parses and validates `raw`; errors read `origin:line:column: field `x`: reason`.
-    pub fn parse(raw: &str, origin: &str, source: Source) -> Result<Pack, String> {
+    /// Parses and validates `raw`; errors name the position as `origin` says, and the field.
+    pub fn parse<'a>(raw: &str, origin: impl Into<Origin<'a>>, source: Source) -> Result<Pack, String> {
+        let origin = origin.into();
         if raw.trim().is_empty() {
-            return Err(format!("{origin}: the pack is empty; expected YAML with framework, version, title, status, effectiveDate, disclaimer and controls"));
+            return Err(origin.locate(None, "the pack is empty; expected YAML with framework, version, title, status, effectiveDate, disclaimer and controls"));
         }
         let doc: PackDoc = crate::config::parse_yaml(raw, origin).map_err(|e| e.to_string())?;
         validate(&doc, raw, origin)?;
@@ -178,7 +180,7 @@ impl Pack {
     }
 }
 
-fn validate(doc: &PackDoc, raw: &str, origin: &str) -> Result<(), String> {
+fn validate(doc: &PackDoc, raw: &str, origin: Origin) -> Result<(), String> {
     let top = |field: &str, reason: &str| {
         let at = find(raw, &format!(r"(?m)^({field})\s*:"), 0);
         located(origin, at, field, reason)
@@ -424,7 +426,7 @@ controls:
 
     #[test]
     fn a_tenant_pack_parses_and_joins_the_set() {
-        let p = Pack::parse(TENANT, "pack", Source::Tenant).unwrap();
+        let p = Pack::parse(TENANT, Origin::Body, Source::Tenant).unwrap();
         assert_eq!(p.summary(), Summary { enforced: 1, partial: 1, external: 0, total: 2 });
         assert_eq!(p.control("log").map(|c| c.id.as_str()), Some("acme-ai:log"));
         let set = PackSet::with_tenant_packs(vec![Arc::new(p)]);
@@ -436,30 +438,33 @@ controls:
     }
 
     fn err(text: &str) -> String {
-        Pack::parse(text, "pack", Source::Tenant).unwrap_err()
+        Pack::parse(text, Origin::Body, Source::Tenant).unwrap_err()
     }
 
     #[test]
     fn errors_name_line_column_and_field() {
         let e = err(&TENANT.replace("provenBy: [GUARDRAIL]", "provenBy: [GUARDRAILS]"));
-        assert!(e.starts_with("pack:12:") && e.contains("controls[1].provenBy[0]") && e.contains("GUARDRAILS"), "{e}");
+        assert!(
+            e.starts_with("line 12, column ") && e.contains("controls[1].provenBy[0]") && e.contains("GUARDRAILS"),
+            "{e}"
+        );
         let e = err(&TENANT.replace("id: acme-ai:pii", "id: other:pii"));
-        assert!(e.starts_with("pack:12:") && e.contains("controls[1].id"), "{e}");
+        assert!(e.starts_with("line 12, column ") && e.contains("controls[1].id"), "{e}");
         let e = err(&TENANT.replace("id: acme-ai:pii", "id: acme-ai:log"));
-        assert!(e.starts_with("pack:12:") && e.contains("duplicate"), "{e}");
+        assert!(e.starts_with("line 12, column ") && e.contains("duplicate"), "{e}");
         let e = err(&TENANT.replace("coverage: partial", "coverage: external"));
         assert!(e.contains("controls[1].provenBy") && e.contains("external"), "{e}");
         let e = err(&TENANT.replace("coverage: partial", "coverage: mostly"));
-        assert!(e.starts_with("pack:14:") && e.contains("controls[1].coverage"), "{e}");
+        assert!(e.starts_with("line 14, column ") && e.contains("controls[1].coverage"), "{e}");
         let e = err(&TENANT.replace("status: reviewed", "status: final"));
-        assert!(e.starts_with("pack:4:") && e.contains("status"), "{e}");
+        assert!(e.starts_with("line 4, column ") && e.contains("status"), "{e}");
         let e = err(&TENANT.replace("effectiveDate: 2026-01-01", "effectiveDate: soon"));
-        assert!(e.starts_with("pack:5:1:") && e.contains("effectiveDate"), "{e}");
+        assert!(e.starts_with("line 5, column 1:") && e.contains("effectiveDate"), "{e}");
         let e = err(&TENANT.replace("framework: acme-ai", "framework: Acme AI"));
-        assert!(e.starts_with("pack:1:1:") && e.contains("framework"), "{e}");
+        assert!(e.starts_with("line 1, column 1:") && e.contains("framework"), "{e}");
         let e = err(&format!("{TENANT}owner: me\n"));
         assert!(e.contains("owner"), "{e}");
         assert!(err("  ").contains("empty"));
-        assert!(err("framework: [").starts_with("pack:"));
+        assert!(err("framework: [").starts_with("line "));
     }
 }

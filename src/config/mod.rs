@@ -278,16 +278,44 @@ pub enum ConfigError {
     Read { path: String, source: std::io::Error },
 }
 
-/// Parses YAML into `T`, naming `origin:line:column` and the dotted field path on error.
-pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigError> {
+/// Where YAML came from, which decides how an error names its position. A file reads
+/// `path:3:12: …`, the form editors, terminals and CI logs jump to; a request body has no name,
+/// and API users are not compilers: it reads `line 3, column 12: …`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    File(&'a str),
+    Body,
+}
+
+impl<'a, S: AsRef<str> + ?Sized> From<&'a S> for Origin<'a> {
+    fn from(name: &'a S) -> Self {
+        Origin::File(name.as_ref())
+    }
+}
+
+impl Origin<'_> {
+    /// `msg` led by this origin and the 1-based (line, column), when known.
+    pub fn locate(self, at: Option<(usize, usize)>, msg: &str) -> String {
+        match (self, at) {
+            (Origin::File(name), Some((line, col))) => format!("{name}:{line}:{col}: {msg}"),
+            (Origin::File(name), None) => format!("{name}: {msg}"),
+            (Origin::Body, Some((line, col))) => format!("line {line}, column {col}: {msg}"),
+            (Origin::Body, None) => msg.to_string(),
+        }
+    }
+}
+
+/// Parses YAML into `T`, naming the position (see [`Origin`]) and the dotted field path on error.
+pub fn parse_yaml<'a, T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: impl Into<Origin<'a>>,
+) -> Result<T, ConfigError> {
+    let origin = origin.into();
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let loc = inner
-            .location()
-            .map(|l| format!("{origin}:{}:{}", l.line(), l.column()))
-            .unwrap_or_else(|| origin.to_string());
+        let at = inner.location().map(|l| (l.line(), l.column()));
         // serde_yaml appends its own " at line X column Y"; we already lead with it.
         let msg = inner.to_string();
         let mut msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
@@ -299,9 +327,9 @@ pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> R
             }
         }
         if path.is_empty() || path == "." {
-            ConfigError::Invalid(format!("{loc}: {msg}"))
+            ConfigError::Invalid(origin.locate(at, &msg))
         } else {
-            ConfigError::Invalid(format!("{loc}: field `{path}`: {msg}"))
+            ConfigError::Invalid(origin.locate(at, &format!("field `{path}`: {msg}")))
         }
     })
 }
@@ -428,6 +456,15 @@ mod tests {
         let y = "routes:\n  - { model: \"x-*\", provider: mistral }\n";
         let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
         assert!(e.contains("routes[0].provider") && e.contains("t.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn a_request_body_names_its_position_in_words() {
+        let y = "server:\n  threads: 2\n  colour: red\n";
+        let e = parse_yaml::<Config>(y, Origin::Body).unwrap_err().to_string();
+        assert!(e.starts_with("line 3, column 3: field `server.colour`: unknown field `colour`"), "{e}");
+        assert_eq!(Origin::Body.locate(None, "field `x`: bad"), "field `x`: bad");
+        assert_eq!(Origin::from("f.yaml").locate(None, "bad"), "f.yaml: bad");
     }
 
     #[test]

@@ -16,14 +16,13 @@ fn provider_from_path(p: &str) -> Result<ProviderName, ApiError> {
     })
 }
 
+/// The seed's masked credential and nothing beside it: the base URL and region stay server-side.
 fn masked(row: &CredentialRow) -> Value {
     json!({
         "provider": row.provider,
         "status": row.status,
         "keyHint": row.key_hint,
         "updatedAt": row.updated_at,
-        "baseUrl": row.base_url,
-        "region": row.region,
     })
 }
 
@@ -33,8 +32,7 @@ pub async fn list(app: &App, caller: &Caller) -> Handled {
         .iter()
         .map(|p| match rows.iter().find(|r| r.provider == p.as_str()) {
             Some(r) => masked(r),
-            None => json!({ "provider": p.as_str(), "status": "unconfigured", "keyHint": "", "updatedAt": null,
-                            "baseUrl": null, "region": null }),
+            None => json!({ "provider": p.as_str(), "status": "unconfigured", "keyHint": "", "updatedAt": null }),
         })
         .collect();
     Ok(Reply::Json(200, Value::Array(out)))

@@ -78,16 +78,32 @@ pub async fn get(app: &App) -> Handled {
     }
 
     components.push(policies_component(app));
+    components.push(component(
+        "webhooks",
+        "background",
+        UNCONFIGURED,
+        false,
+        "webhooks are not configured: this version has no webhook endpoints and delivers no events".to_string(),
+    ));
 
-    let overall = if components.iter().any(|c| c["critical"] == true && c["status"] == "outage") {
+    let overall = overall(&components);
+    let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    Ok(Reply::Json(200, json!({ "status": overall, "components": components, "updatedAt": updated })))
+}
+
+/// A component that is switched off, not failing: it says so, but does not degrade the whole.
+const UNCONFIGURED: &str = "unconfigured";
+
+/// `outage` when a critical component is out, `degraded` when any other is neither operational
+/// nor unconfigured, else `operational`.
+fn overall(components: &[Value]) -> &'static str {
+    if components.iter().any(|c| c["critical"] == true && c["status"] == "outage") {
         "outage"
-    } else if components.iter().any(|c| c["status"] != "operational") {
+    } else if components.iter().any(|c| c["status"] != "operational" && c["status"] != UNCONFIGURED) {
         "degraded"
     } else {
         "operational"
-    };
-    let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
-    Ok(Reply::Json(200, json!({ "status": overall, "components": components, "updatedAt": updated })))
+    }
 }
 
 /// Policy files that fail to parse keep their last good version in force: degraded, naming
@@ -119,4 +135,17 @@ fn policies_component(app: &App) -> Value {
 /// Database errors can be long; the public page needs only their gist.
 fn short(s: &str) -> String {
     s.chars().take(160).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unconfigured_components_do_not_degrade_the_whole() {
+        let c = |status: &str, critical: bool| component("x", "core", status, critical, String::new());
+        assert_eq!(overall(&[c("operational", true), c(UNCONFIGURED, false)]), "operational");
+        assert_eq!(overall(&[c(UNCONFIGURED, false), c("degraded", false)]), "degraded");
+        assert_eq!(overall(&[c(UNCONFIGURED, false), c("outage", true)]), "outage");
+    }
 }

@@ -262,8 +262,8 @@ fn default_ttl() -> u64 {
     300
 }
 
-/// Parses one policy document; errors read `origin:line:column: field `x`: reason`.
-pub fn parse(text: &str, origin: &str) -> Result<PolicyDoc, String> {
+/// Parses one policy document; errors name the position as `origin` says and the field path.
+pub fn parse<'a>(text: &str, origin: impl Into<crate::config::Origin<'a>>) -> Result<PolicyDoc, String> {
     if text.trim().is_empty() {
         return Ok(PolicyDoc::default());
     }

@@ -1,29 +1,31 @@
 //! Checks on a parsed policy that need the whole document (serde checks single values while
-//! parsing: enums, globs, regexes, time windows). Errors keep the `origin:line:column: field `x`:
-//! reason` shape; the line is found in the text, since the parsed document has no positions.
+//! parsing: enums, globs, regexes, time windows). Errors name the position like parsing errors
+//! do (`path:line:column: field `x`: reason` for a file, `line L, column C: field `x`: reason`
+//! for a request body); the line is found in the text, since the parsed document has no positions.
 
 use super::document::{self, PolicyDoc};
+use crate::config::Origin;
 
 /// A policy sent to `POST/PUT /v1/policies`: it belongs to the caller's tenant, so `tenant:` is
 /// refused rather than silently ignored.
 pub fn parse_api(text: &str) -> Result<PolicyDoc, String> {
-    const ORIGIN: &str = "policy";
-    let doc = document::parse(text, ORIGIN)?;
+    let doc = document::parse(text, Origin::Body)?;
     if doc.tenant.is_some() {
         return Err(located(
-            ORIGIN,
+            Origin::Body,
             find(text, r"(?m)^tenant\s*:", 0),
             "tenant",
             "not allowed in a policy created through the API (it applies to the tenant of the key \
              that creates it); `tenant` is for policy files on disk",
         ));
     }
-    check_rules(&doc, text, ORIGIN)?;
+    check_rules(&doc, text, Origin::Body)?;
     Ok(doc)
 }
 
-/// A policy file from the policy directory; `origin` is its path, for messages.
-pub fn parse_file(text: &str, origin: &str) -> Result<PolicyDoc, String> {
+/// A policy file from the policy directory; `path` names it in messages.
+pub fn parse_file(text: &str, path: &str) -> Result<PolicyDoc, String> {
+    let origin = Origin::File(path);
     let doc = document::parse(text, origin)?;
     if doc.tenant.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(located(
@@ -38,7 +40,7 @@ pub fn parse_file(text: &str, origin: &str) -> Result<PolicyDoc, String> {
 }
 
 /// Rule ids name the rule in receipts and deny messages: they must be present and unique.
-fn check_rules(doc: &PolicyDoc, text: &str, origin: &str) -> Result<(), String> {
+fn check_rules(doc: &PolicyDoc, text: &str, origin: Origin) -> Result<(), String> {
     for (i, rule) in doc.rules.iter().enumerate() {
         let field = format!("rules[{i}].id");
         if rule.id.trim().is_empty() {
@@ -72,11 +74,8 @@ pub(crate) fn find(text: &str, pattern: &str, nth: usize) -> Option<(usize, usiz
     Some((line, col))
 }
 
-pub(crate) fn located(origin: &str, at: Option<(usize, usize)>, field: &str, reason: &str) -> String {
-    match at {
-        Some((line, col)) => format!("{origin}:{line}:{col}: field `{field}`: {reason}"),
-        None => format!("{origin}: field `{field}`: {reason}"),
-    }
+pub(crate) fn located(origin: Origin, at: Option<(usize, usize)>, field: &str, reason: &str) -> String {
+    origin.locate(at, &format!("field `{field}`: {reason}"))
 }
 
 #[cfg(test)]
@@ -87,7 +86,7 @@ mod tests {
     fn a_bad_regex_names_the_pattern_field_and_line() {
         let y = "guardrails:\n  patterns:\n    - {pattern: \"ok\", action: block}\n    - pattern: \"(unclosed\"\n      action: redact\n";
         let e = parse_api(y).unwrap_err();
-        assert!(e.starts_with("policy:4:"), "{e}");
+        assert!(e.starts_with("line 4, column "), "{e}");
         assert!(e.contains("guardrails.patterns[1].pattern"), "{e}");
         assert!(e.contains("not a valid regular expression"), "{e}");
     }
@@ -97,7 +96,7 @@ mod tests {
         for bad in ["25:00-06:00", "22:00", "22-06", "10:00-10:00", "9:00-17:00", "22:60-23:00"] {
             let y = format!("rules:\n  - id: night\n    match:\n      time: {{hours: \"{bad}\"}}\n    action: deny\n");
             let e = parse_api(&y).unwrap_err();
-            assert!(e.starts_with("policy:4:"), "{bad}: {e}");
+            assert!(e.starts_with("line 4, column "), "{bad}: {e}");
             assert!(e.contains("rules[0].match.time.hours"), "{bad}: {e}");
         }
         let ok =
@@ -113,11 +112,11 @@ mod tests {
         let e = parse_api(y).unwrap_err();
         assert_eq!(
             e,
-            "policy:6:5: field `rules[2].id`: duplicate rule id `a` (rules[0] has it too); rule ids must be unique"
+            "line 6, column 5: field `rules[2].id`: duplicate rule id `a` (rules[0] has it too); rule ids must be unique"
         );
         let flow = "rules:\n  - {id: \"x\", action: deny}\n  - {id: \"x\", action: deny}\n";
         let e = parse_api(flow).unwrap_err();
-        assert!(e.starts_with("policy:3:") && e.contains("rules[1].id"), "{e}");
+        assert!(e.starts_with("line 3, column ") && e.contains("rules[1].id"), "{e}");
         let e = parse_api("rules:\n  - id: \"\"\n    action: deny\n").unwrap_err();
         assert!(e.contains("rules[0].id") && e.contains("empty"), "{e}");
     }
@@ -126,7 +125,7 @@ mod tests {
     fn tenant_is_for_files_only() {
         let y = "rules: []\ntenant: acme\n";
         let e = parse_api(y).unwrap_err();
-        assert!(e.starts_with("policy:2:1: field `tenant`"), "{e}");
+        assert!(e.starts_with("line 2, column 1: field `tenant`"), "{e}");
         let doc = parse_file(y, "conf/policies/acme.yaml").unwrap();
         assert_eq!(doc.tenant.as_deref(), Some("acme"));
         let e = parse_file("tenant: \" \"\n", "f.yaml").unwrap_err();
@@ -136,6 +135,6 @@ mod tests {
     #[test]
     fn unknown_fields_keep_line_and_column() {
         let e = parse_api("rules:\n  - id: a\n    action: deny\n    mtach: {model: x}\n").unwrap_err();
-        assert!(e.starts_with("policy:4:") && e.contains("mtach"), "{e}");
+        assert!(e.starts_with("line 4, column ") && e.contains("mtach"), "{e}");
     }
 }

@@ -24,10 +24,13 @@ fn weight(result: &str) -> u8 {
     }
 }
 
-/// The `check` and `result` of `control` on a receipt with these `checks`.
-fn control_result(control: &Control, checks: &[Check], verified: bool) -> (Option<String>, Option<String>) {
+/// The check that proves `control` on a receipt with these `checks`, and its result; `None` when
+/// the receipt proves nothing about it: an external control, or none of its checks ran here.
+/// This is the inverse of the control's receipts list (`coverage.rs`): a receipt is there exactly
+/// when this is `Some`.
+fn proof(control: &Control, checks: &[Check], verified: bool) -> Option<(String, String)> {
     if control.coverage == Coverage::External {
-        return (None, None);
+        return None;
     }
     let mut best: Option<&Check> = None;
     for c in checks.iter().filter(|c| control.proven_by.iter().any(|p| *p == *c.name)) {
@@ -36,26 +39,25 @@ fn control_result(control: &Control, checks: &[Check], verified: bool) -> (Optio
         }
     }
     if let Some(c) = best {
-        return (Some(c.name.to_string()), Some(c.result.to_string()));
+        return Some((c.name.to_string(), c.result.to_string()));
     }
     let has = |n: &str| control.proven_by.iter().any(|p| p == n);
     if has(RECEIPT) {
-        return (Some(RECEIPT.into()), Some(if verified { "PASS" } else { "FAIL" }.into()));
+        return Some((RECEIPT.into(), if verified { "PASS" } else { "FAIL" }.into()));
     }
     if has(KEY) {
-        return (Some(KEY.into()), Some("PASS".into()));
+        return Some((KEY.into(), "PASS".into()));
     }
-    // None of the proving checks ran on this request (e.g. no guardrail configured).
-    (control.proven_by.first().cloned(), Some("NOT_RUN".into()))
+    None
 }
 
 fn framework_item(p: &Pack, resolution: &str, checks: &[Check], verified: bool) -> Value {
     let controls: Vec<Value> = p
         .controls
         .iter()
-        .map(|c| {
-            let (check, result) = control_result(c, checks, verified);
-            json!({"id": c.id, "title": c.title, "coverage": c.coverage, "check": check, "result": result})
+        .filter_map(|c| {
+            let (check, result) = proof(c, checks, verified)?;
+            Some(json!({"id": c.id, "title": c.title, "coverage": c.coverage, "check": check, "result": result}))
         })
         .collect();
     json!({
@@ -123,26 +125,28 @@ mod tests {
         list.iter().map(|(n, r)| Check { name: n.to_string().into(), result: r.to_string().into() }).collect()
     }
 
+    fn proved(check: &str, result: &str) -> Option<(String, String)> {
+        Some((check.into(), result.into()))
+    }
+
     #[test]
     fn the_most_telling_matching_check_is_the_result() {
         let c = control(Coverage::Partial, &["policy", "GUARDRAIL"]);
         let cs = checks(&[("policy", "allow"), ("GUARDRAIL", "PASS"), ("UPSTREAM", "PASS"), ("GUARDRAIL", "REDACT")]);
-        assert_eq!(control_result(&c, &cs, true), (Some("GUARDRAIL".into()), Some("REDACT".into())));
+        assert_eq!(proof(&c, &cs, true), proved("GUARDRAIL", "REDACT"));
         let cs = checks(&[("policy", "deny")]);
-        assert_eq!(control_result(&c, &cs, true), (Some("policy".into()), Some("deny".into())));
+        assert_eq!(proof(&c, &cs, true), proved("policy", "deny"));
     }
 
     #[test]
-    fn receipt_key_external_and_not_run() {
+    fn receipt_and_key_prove_every_receipt_external_and_not_run_prove_nothing() {
         let cs = checks(&[("UPSTREAM", "PASS")]);
         let r = control(Coverage::Enforced, &["RECEIPT"]);
-        assert_eq!(control_result(&r, &cs, true).1.as_deref(), Some("PASS"));
-        assert_eq!(control_result(&r, &cs, false).1.as_deref(), Some("FAIL"));
+        assert_eq!(proof(&r, &cs, true), proved("RECEIPT", "PASS"));
+        assert_eq!(proof(&r, &cs, false), proved("RECEIPT", "FAIL"));
         let k = control(Coverage::Enforced, &["KEY", "ALLOWLIST"]);
-        assert_eq!(control_result(&k, &cs, true), (Some("KEY".into()), Some("PASS".into())));
-        let e = control(Coverage::External, &[]);
-        assert_eq!(control_result(&e, &cs, true), (None, None));
-        let g = control(Coverage::Partial, &["GUARDRAIL"]);
-        assert_eq!(control_result(&g, &cs, true), (Some("GUARDRAIL".into()), Some("NOT_RUN".into())));
+        assert_eq!(proof(&k, &cs, true), proved("KEY", "PASS"));
+        assert_eq!(proof(&control(Coverage::External, &[]), &cs, true), None);
+        assert_eq!(proof(&control(Coverage::Partial, &["GUARDRAIL"]), &cs, true), None, "GUARDRAIL did not run");
     }
 }

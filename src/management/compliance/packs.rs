@@ -9,6 +9,7 @@ use super::super::{Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::compliance::pack::{self, Pack, PackSet, Source};
 use crate::compliance::{pack_sets, DISCLAIMER, SCOPE};
+use crate::config::Origin;
 use crate::error::{ApiError, ErrorKind};
 use crate::store;
 
@@ -47,7 +48,7 @@ pub async fn put(app: &App, caller: &Caller, framework: &str, req: &Req) -> Hand
     check_framework(framework)?;
     let tenant = caller.tenant();
     let raw = std::str::from_utf8(&req.body).map_err(|_| ApiError::invalid("the body must be pack YAML in UTF-8"))?;
-    let parsed = Pack::parse(raw, "pack", Source::Tenant).map_err(ApiError::invalid)?;
+    let parsed = Pack::parse(raw, Origin::Body, Source::Tenant).map_err(ApiError::invalid)?;
     if parsed.framework != framework {
         return Err(ApiError::invalid(format!(
             "field `framework` is `{}` but the path names `{framework}`; they must be equal",
