@@ -12,26 +12,16 @@ use crate::error::{ApiError, ErrorKind};
 use crate::receipts::Check;
 use crate::store;
 
-/// How much a result says about a control: the most telling of several matching checks wins
-/// (a request GUARDRAIL PASS and a response GUARDRAIL BLOCK read as BLOCK).
-fn weight(result: &str) -> u8 {
-    match result {
-        "BLOCK" | "deny" => 4,
-        "FAIL" | "TIMEOUT" => 3,
-        "REDACT" | "FLAG" => 2,
-        "SKIPPED" => 0,
-        _ => 1,
-    }
-}
-
-/// The `check` and `result` of `control` on a receipt with these `checks`.
+/// The `check` and `result` of `control` on a receipt with these `checks`: the most telling of
+/// several matching checks wins (a request GUARDRAIL PASS and a response GUARDRAIL BLOCK read as
+/// BLOCK).
 fn control_result(control: &Control, checks: &[Check], verified: bool) -> (Option<String>, Option<String>) {
     if control.coverage == Coverage::External {
         return (None, None);
     }
     let mut best: Option<&Check> = None;
-    for c in checks.iter().filter(|c| control.proven_by.iter().any(|p| *p == *c.name)) {
-        if best.is_none_or(|b| weight(&c.result) > weight(&b.result)) {
+    for c in checks.iter().filter(|c| control.proven_by.iter().any(|p| *p == c.name.as_str())) {
+        if best.is_none_or(|b| c.result.severity() > b.result.severity()) {
             best = Some(c);
         }
     }
