@@ -5,18 +5,21 @@
 //! ```text
 //! client ─► gateway listener (Pingora proxy service, `gateway`)
 //!   new_ctx ........ pin one Snapshot (keys, credentials, policies, budgets, prices) via ArcSwap
-//!   request_filter . route (path) → key lookup by SHA-256 in the snapshot (401)
-//!                    → bounded body read (413) → parse and validate (400) → pick provider
-//!                    → pipeline.on_request (`plugins/`): ALLOWLIST, policy, RATELIMIT, BUDGET,
-//!                      GUARDRAIL, CACHE — a block answers its envelope, a cache hit replays
-//!                    → provider adapter builds the upstream request (client key stripped,
-//!                      provider credential injected) → our pooled upstream leg → answer
-//!                      streamed back chunk by chunk (SSE split per event, usage read,
-//!                      answer guardrails per event when armed)
-//!   logging ........ pipeline.on_complete (settle rate/budget reservations, fill the cache),
-//!                    the receipt to the writer's bounded queue, metrics
-//! background ── receipt writer: per tenant seq/prevHash → JCS → SHA-256 → Ed25519 → batch
-//!               insert with guardrail events and key spend, one transaction per batch
+//!   request_filter . admit: key lookup by SHA-256 in the snapshot, route (404), bounded body
+//!                    read (413), parse and validate (400), pick provider (`gateway::admit`)
+//!                  → decide: pipeline.on_request (`plugins/`): ALLOWLIST, policy, RATELIMIT,
+//!                    BUDGET, GUARDRAIL, CACHE — a block answers its envelope, a hit replays
+//!                  → forward: provider adapter builds the upstream request (client key
+//!                    stripped, provider credential injected) → our pooled upstream leg →
+//!                    answer relayed (`gateway::relay`: SSE split per event, usage read, answer
+//!                    guardrails per event when armed), all but its ending
+//!                  → end: the receipt to the writer, await its commit (group commit), then
+//!                    pipeline.on_complete (settle reservations, fill the cache), then the
+//!                    ending (`gateway::ending`: the body, or a stream's closing event)
+//!   logging ........ metrics
+//! database runtime ── receipt writer: per tenant seq/prevHash → JCS → SHA-256 → Ed25519 →
+//!               batch insert with guardrail events and key spend, one transaction per batch,
+//!               the next batch as soon as one commits
 //! management listener (Pingora HTTP app, `management`) ── /v1/*, /status
 //! metrics listener (Pingora Prometheus service) ── /metrics
 //! background ── snapshot refresh (other processes' changes) and key last-use flush;

@@ -330,65 +330,6 @@ fn two_gateway_processes_on_one_postgres_keep_one_gap_free_chain() {
 }
 
 #[test]
-fn sigterm_mid_burst_loses_nothing_and_sigkill_keeps_the_chain_intact() {
-    for sig in [15, 9] {
-        let (mut g, _up) = setup(&Backend::Sqlite, &[]);
-        let target = vec![(g.gw, g.key.clone())];
-        let answered = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let handles: Vec<_> = (0..8)
-            .map(|_| {
-                let (answered, stop, target) = (answered.clone(), stop.clone(), target.clone());
-                std::thread::spawn(move || {
-                    let (addr, key) = &target[0];
-                    let auth = format!("Bearer {key}");
-                    while !stop.load(Ordering::SeqCst) {
-                        let Ok(r) = std::panic::catch_unwind(|| {
-                            http::request(
-                                *addr,
-                                "POST",
-                                "/v1/chat/completions",
-                                &[("Authorization", &auth)],
-                                br#"{"model":"gpt-4o-mini","messages":[]}"#,
-                            )
-                        }) else {
-                            return;
-                        };
-                        if r.status == 200 {
-                            answered.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                })
-            })
-            .collect();
-        while answered.load(Ordering::SeqCst) < 300 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        g.signal_and_wait(sig);
-        stop.store(true, Ordering::SeqCst);
-        for h in handles {
-            let _ = h.join();
-        }
-        let answered = answered.load(Ordering::SeqCst);
-        g.spawn();
-        let newest = g.newest_seq(&g.key);
-        let id = g.mgmt("GET", "/v1/receipts?limit=1", Some(&g.key), None).json()["receipts"][0]["receiptId"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let report = verify_chain(&g, &g.key, &id, "");
-        assert_eq!(report["ok"], true, "signal {sig}: {report}");
-        assert_eq!(report["count"], newest);
-        if sig == 15 {
-            assert_eq!(newest, answered, "SIGTERM: every answered request has its receipt");
-        } else {
-            assert!(newest <= answered, "SIGKILL: never more receipts than requests");
-            eprintln!("SIGKILL after {answered} answers: {newest} receipts survived ({} lost)", answered - newest);
-        }
-    }
-}
-
-#[test]
 fn rotated_signing_keys_keep_verifying_old_receipts() {
     let (mut g, _up) = setup(&Backend::Sqlite, &[]);
     let old = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)

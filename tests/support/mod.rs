@@ -349,6 +349,42 @@ impl Gateway {
         r.json()["receipts"][0]["seq"].as_u64().unwrap_or(0)
     }
 
+    /// The receipt named by an answer's `x-tollgate-receipt-id`, read at once: no wait, no
+    /// retry (a receipt is committed before its answer's last byte).
+    pub fn receipt_of(&self, r: &Resp) -> Value {
+        let id = r.header("x-tollgate-receipt-id").expect("a receipt id on every answer to a valid key");
+        self.receipt(id)
+    }
+
+    /// `GET /v1/receipts/{id}` with the tenant's manager key; it must answer 200.
+    pub fn receipt(&self, id: &str) -> Value {
+        let got = self.mgmt("GET", &format!("/v1/receipts/{id}"), Some(&self.key), None);
+        assert_eq!(got.status, 200, "receipt {id}: {}", got.text());
+        got.json()
+    }
+
+    /// Holds the database's write lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: an exclusive lock
+    /// on the chain heads) until the guard drops: receipts cannot be committed meanwhile.
+    pub fn hold_write_lock(&self) -> WriteLock {
+        let url = self.db_url();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let conn = rt.block_on(async {
+            use sqlx::Connection;
+            sqlx::any::install_default_drivers();
+            let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+            let begin = if url.starts_with("sqlite") {
+                vec!["BEGIN IMMEDIATE"]
+            } else {
+                vec!["BEGIN", "LOCK TABLE chain_heads IN ACCESS EXCLUSIVE MODE"]
+            };
+            for statement in begin {
+                sqlx::query(statement).execute(&mut conn).await.unwrap();
+            }
+            conn
+        });
+        WriteLock { rt, conn: Some(conn) }
+    }
+
     /// Receipts are written a few ms after the answer: wait (bounded) until the tenant has `n`.
     pub fn wait_receipts(&self, key: &str, n: u64) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -392,4 +428,22 @@ impl Drop for Gateway {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// See [`Gateway::hold_write_lock`].
+pub struct WriteLock {
+    rt: tokio::runtime::Runtime,
+    conn: Option<sqlx::AnyConnection>,
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            self.rt.block_on(async {
+                use sqlx::Connection;
+                let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
+                let _ = conn.close().await;
+            });
+        }
+    }
 }

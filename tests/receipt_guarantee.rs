@@ -1,0 +1,262 @@
+//! "No answer without its receipt" (API.md): when a client has the whole answer, its receipt is
+//! committed. Read right after each kind of answer, without waiting; across SIGTERM and SIGKILL
+//! mid-burst; and with a database that cannot take writes, on SQLite and PostgreSQL.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{backends, http, Gateway, Standin};
+
+fn body(model: &str, stream: bool) -> Vec<u8> {
+    json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).to_string().into_bytes()
+}
+
+fn stream_whole(g: &Gateway, key: &str, path: &str, body: &[u8]) -> (Vec<(String, String)>, String) {
+    let auth = format!("Bearer {key}");
+    let (status, headers, s) = http::stream(g.gw, path, &[("Authorization", &auth)], body);
+    assert_eq!(status, 200);
+    (headers, String::from_utf8(s.rest()).unwrap())
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("no {name} header"))
+}
+
+/// The newest receipt of the tenant, read at once.
+fn newest_id(g: &Gateway) -> String {
+    let r = g.mgmt("GET", "/v1/receipts?limit=1", Some(&g.key), None);
+    r.json()["receipts"][0]["receiptId"].as_str().unwrap_or_default().to_string()
+}
+
+/// The receipt is readable, listed first and (checked at the end) exported, right away.
+fn assert_committed(g: &Gateway, id: &str, what: &str) -> Value {
+    let receipt = g.receipt(id);
+    assert_eq!(newest_id(g), id, "{what}: the newest receipt in the list");
+    receipt
+}
+
+fn upstream_result(receipt: &Value) -> String {
+    let checks = receipt["checks"].as_array().unwrap();
+    let up = checks.iter().find(|c| c["name"] == "UPSTREAM").unwrap();
+    up["result"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_kind_of_answer_has_its_receipt_the_moment_it_ends() {
+    for b in backends() {
+        let (g, up) = support::with_standin(&b, &[]);
+        let yaml = "rules:\n  - {id: no-big, match: {model: [\"gpt-4o\"]}, action: deny, reason: needs approval}\n\
+                    cache: {mode: exact, ttlSeconds: 600}\n";
+        let r =
+            g.mgmt("POST", "/v1/policies", Some(&g.key), Some(&json!({"name": "p", "enabled": true, "yaml": yaml})));
+        assert_eq!(r.status, 201, "{}", r.text());
+        let mut ids = Vec::new();
+
+        let plain = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        assert_eq!(plain.status, 200);
+        let id = plain.header("x-tollgate-receipt-id").unwrap().to_string();
+        let receipt = assert_committed(&g, &id, "plain answer");
+        assert_eq!((receipt["promptTokens"].as_u64(), receipt["upstreamStatus"].as_str()), (Some(11), Some("ok")));
+        ids.push(id);
+
+        let hit = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        assert_eq!(hit.header("x-tollgate-cache"), Some("HIT"));
+        let id = hit.header("x-tollgate-receipt-id").unwrap().to_string();
+        assert_eq!(upstream_result(&assert_committed(&g, &id, "cache hit")), "SKIPPED");
+        ids.push(id);
+
+        let (headers, text) = stream_whole(&g, &g.key, "/v1/chat/completions", &body("gpt-4o-mini", true));
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        let id = header(&headers, "x-tollgate-receipt-id").to_string();
+        let receipt = assert_committed(&g, &id, "OpenAI stream");
+        assert_eq!(receipt["completionTokens"], 7, "usage of the stream is in the receipt");
+        ids.push(id);
+
+        let (headers, text) = stream_whole(&g, &g.key, "/v1/messages", &body("claude-3-5-haiku", true));
+        assert!(text.trim_end().ends_with("data: {\"type\":\"message_stop\"}"), "{text}");
+        let id = header(&headers, "x-tollgate-receipt-id").to_string();
+        assert_eq!(assert_committed(&g, &id, "Anthropic stream")["completionTokens"], 6);
+        ids.push(id);
+
+        let denied = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o", false));
+        assert_eq!(denied.status, 403);
+        let id = denied.header("x-tollgate-receipt-id").unwrap().to_string();
+        assert_eq!(assert_committed(&g, &id, "policy block")["upstreamStatus"], "skipped");
+        ids.push(id);
+
+        let failed = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-fail", false));
+        assert_eq!(failed.status, 502);
+        let id = failed.header("x-tollgate-receipt-id").unwrap().to_string();
+        assert_eq!(upstream_result(&assert_committed(&g, &id, "upstream failure")), "FAIL");
+        ids.push(id);
+
+        // A key limited to one request a minute: its second request is refused with 429.
+        let created = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&json!({"label": "one-a-minute"})));
+        let (key_id, limited) =
+            (created.json()["id"].as_str().unwrap().to_string(), created.json()["key"].as_str().unwrap().to_string());
+        let r = g.mgmt("PATCH", &format!("/v1/keys/{key_id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": 1})));
+        assert_eq!(r.status, 200);
+        assert_eq!(g.post_gw("/v1/chat/completions", &limited, &body("gpt-4o-mini", false)).status, 200);
+        let refused = g.post_gw("/v1/chat/completions", &limited, &body("gpt-4o-mini", false));
+        assert_eq!(refused.status, 429);
+        let id = refused.header("x-tollgate-receipt-id").unwrap().to_string();
+        let checks = assert_committed(&g, &id, "rate limit")["checks"].clone();
+        assert!(checks.as_array().unwrap().contains(&json!({"name": "RATELIMIT", "result": "BLOCK"})), "{checks}");
+        ids.push(id);
+
+        let export = http::request(
+            g.mgmt,
+            "GET",
+            "/v1/receipts/export?format=jsonl",
+            &[("Authorization", &format!("Bearer {}", g.key))],
+            b"",
+        )
+        .text();
+        for id in &ids {
+            assert!(export.contains(id.as_str()), "export lacks {id}");
+        }
+        assert_eq!(up.count(), 4, "plain, two streams and the failure reached the upstream");
+    }
+}
+
+/// One request of a burst: the receipt id of its answer when the client got it whole.
+fn one_request(addr: std::net::SocketAddr, key: &str, model: &str) -> Option<String> {
+    let auth = format!("Bearer {key}");
+    let body = body(model, false);
+    // A connection refused or an answer cut short panics inside the client: not answered.
+    let r = std::panic::catch_unwind(|| {
+        http::request(addr, "POST", "/v1/chat/completions", &[("Authorization", &auth)], &body)
+    })
+    .ok()?;
+    (r.status == 200).then(|| r.header("x-tollgate-receipt-id").map(str::to_string)).flatten()
+}
+
+/// Sends `n` requests from `threads` threads until `stop`; returns the receipt ids of the
+/// answers clients received whole.
+fn burst(
+    g: &Gateway,
+    model: &'static str,
+    n: usize,
+    threads: usize,
+    stop: Arc<AtomicBool>,
+) -> (Arc<Mutex<Vec<String>>>, Vec<std::thread::JoinHandle<()>>) {
+    let answered = Arc::new(Mutex::new(Vec::new()));
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handles = (0..threads)
+        .map(|_| {
+            let (answered, sent, stop, addr, key) = (answered.clone(), sent.clone(), stop.clone(), g.gw, g.key.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) && sent.fetch_add(1, Ordering::SeqCst) < n {
+                    if let Some(id) = one_request(addr, &key, model) {
+                        answered.lock().unwrap().push(id);
+                    }
+                }
+            })
+        })
+        .collect();
+    (answered, handles)
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// After a restart: every answered id has its receipt, and the chain is whole and verifies.
+fn assert_receipts_survived(g: &Gateway, answered: &[String], what: &str) -> u64 {
+    let newest = g.newest_seq(&g.key);
+    for id in answered {
+        let r = g.mgmt("GET", &format!("/v1/receipts/{id}"), Some(&g.key), None);
+        assert_eq!(r.status, 200, "{what}: the answered request {id} lost its receipt");
+    }
+    let head = newest_id(g);
+    let report = g.mgmt("GET", &format!("/v1/receipts/{head}/verify-chain"), Some(&g.key), None).json();
+    assert_eq!(report, json!({"ok": true, "count": newest, "brokenAtSeq": null, "gapAtSeq": null}), "{what}");
+    newest
+}
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish_and_every_answer_keeps_its_receipt() {
+    for b in backends() {
+        let (mut g, up): (Gateway, Standin) = support::with_standin(&b, &[]);
+        let stop = Arc::new(AtomicBool::new(false));
+        // 40 requests, 24 at a time, each upstream call taking a second.
+        let (answered, handles) = burst(&g, "gpt-slow", 40, 24, stop.clone());
+        wait_until("12 requests waiting upstream", || up.count() >= 12);
+        g.signal_and_wait(15);
+        stop.store(true, Ordering::SeqCst);
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        let answered = answered.lock().unwrap().clone();
+        let logs = g.logs();
+        assert!(logs.contains(&format!("shutdown: drained, written={}", answered.len())), "{b:?}: {logs}");
+        assert!(answered.len() >= 12, "{b:?}: the requests in flight at SIGTERM finished ({})", answered.len());
+        g.spawn();
+        let receipts = assert_receipts_survived(&g, &answered, "SIGTERM");
+        assert_eq!(receipts, answered.len() as u64, "{b:?}: receipts after restart = answers received");
+    }
+}
+
+#[test]
+fn sigkill_mid_burst_loses_no_receipt_of_an_answered_request() {
+    for b in backends() {
+        let (mut g, _up) = support::with_standin(&b, &[]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (answered, handles) = burst(&g, "gpt-4o-mini", usize::MAX, 8, stop.clone());
+        wait_until("300 answers", || answered.lock().unwrap().len() >= 300);
+        g.signal_and_wait(9);
+        stop.store(true, Ordering::SeqCst);
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        let answered = answered.lock().unwrap().clone();
+        g.spawn();
+        let receipts = assert_receipts_survived(&g, &answered, "SIGKILL");
+        // Requests cut off by the kill may have a receipt without an answer, never the reverse.
+        assert!(receipts >= answered.len() as u64);
+        eprintln!("{b:?}: SIGKILL after {} answers: {receipts} receipts", answered.len());
+    }
+}
+
+#[test]
+fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
+    for b in backends() {
+        let (g, _up) = support::with_standin(&b, &[("TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", "1500")]);
+        let before = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        assert_eq!(before.status, 200);
+        let lock = g.hold_write_lock();
+
+        let r = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        assert_eq!(r.status, 503, "{b:?}: {}", r.text());
+        let err = &r.json()["error"];
+        assert_eq!((err["type"].as_str(), err["code"].as_u64()), (Some("unavailable"), Some(503)));
+        assert!(r.header("x-tollgate-receipt-id").is_none(), "no receipt is promised");
+
+        let r = g.post_gw("/v1/messages", &g.key, &body("claude-3-5-haiku", false));
+        assert_eq!(r.status, 503);
+        assert_eq!(r.json()["type"], "error", "Anthropic-shaped");
+
+        let (_, text) = stream_whole(&g, &g.key, "/v1/chat/completions", &body("gpt-4o-mini", true));
+        assert!(text.contains("\"Hello\""), "earlier events went out as they came: {text}");
+        assert!(!text.contains("[DONE]"), "no clean ending: {text}");
+        let last = text.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(last.starts_with("data: {\"error\"") && last.contains("unavailable"), "{last}");
+
+        drop(lock);
+        let after = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        assert_eq!(after.status, 200, "{b:?}: recovered once the database takes writes again");
+        g.receipt_of(&after);
+        let ids: BTreeSet<String> =
+            [&before, &after].iter().map(|r| r.header("x-tollgate-receipt-id").unwrap().to_string()).collect();
+        for id in &ids {
+            g.receipt(id);
+        }
+        let report = g.mgmt("GET", &format!("/v1/receipts/{}/verify-chain", newest_id(&g)), Some(&g.key), None);
+        assert_eq!(report.json()["ok"], true, "{}", report.text());
+    }
+}
