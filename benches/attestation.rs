@@ -23,7 +23,7 @@ use tollgate::compliance::memo::MemoKey;
 use tollgate::compliance::period::{self, PeriodSpec};
 use tollgate::receipts::canonical::Check;
 use tollgate::receipts::signer::{self, Signer};
-use tollgate::receipts::{CacheSide, Draft, Kind};
+use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
 use tollgate::sealing::MasterKey;
 use tollgate::store::{self, Store};
 
@@ -61,7 +61,7 @@ fn draft(i: u64) -> Draft {
         completion_tokens: 80,
         cost_usd: 0.000066,
         checks,
-        upstream_status: if blocked { "skipped" } else { "ok" },
+        upstream_status: if blocked { UpstreamStatus::Skipped } else { UpstreamStatus::Ok },
         ts: "2026-11-22 19:42:57.049".into(),
         kind: Kind::ModelCall,
         pack_version: "ps-bench".into(),

@@ -11,8 +11,7 @@ use tollgate::budget::Ledger;
 use tollgate::cache::AnswerCache;
 use tollgate::config::Config;
 use tollgate::gateway::UpstreamOutcome;
-use tollgate::pipeline::{Check, Ctx, Exchange, Outcome, Pipeline};
-use tollgate::plugins::{allowlist, budget, cache, guardrail, policy, rate_limit};
+use tollgate::pipeline::{Ctx, Exchange, Outcome, Pipeline};
 use tollgate::policy::{validate, CompiledPolicy, TenantPolicy};
 use tollgate::pricing::Pricing;
 use tollgate::providers::Usage;
@@ -49,14 +48,7 @@ fn snapshot() -> Arc<Snapshot> {
 
 fn bench_pipeline(c: &mut Criterion) {
     let snap = snapshot();
-    let checks: Vec<Box<dyn Check>> = vec![
-        Box::new(allowlist::Allowlist),
-        Box::new(policy::Policy),
-        Box::new(rate_limit::RateLimit),
-        Box::new(budget::Budget::new(Arc::new(Ledger::new()))),
-        Box::new(guardrail::Guardrail),
-        Box::new(cache::Cache::new(Arc::new(AnswerCache::new(64 << 20, 1 << 20)))),
-    ];
+    let checks = tollgate::plugins::table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(64 << 20, 1 << 20)));
     let pipeline = Pipeline::new(checks);
     let body = json!({"model": "gpt-4o-mini", "max_tokens": 256, "messages": [
         {"role": "system", "content": "You are a helpful assistant for the support team of an online shop."},

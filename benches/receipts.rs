@@ -8,7 +8,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tollgate::receipts::canonical::{seal, Check, GENESIS};
 use tollgate::receipts::signer::Signer;
-use tollgate::receipts::{CacheSide, Draft, Kind};
+use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
 use tollgate::store::{self, Store};
 
 fn draft(tenant: &str, i: usize) -> Draft {
@@ -26,7 +26,7 @@ fn draft(tenant: &str, i: usize) -> Draft {
             Check { name: "policy".into(), result: "allow".into() },
             Check { name: "UPSTREAM".into(), result: "PASS".into() },
         ],
-        upstream_status: "ok",
+        upstream_status: UpstreamStatus::Ok,
         ts: "2026-11-22 19:42:57.049".into(),
         kind: Kind::ModelCall,
         pack_version: String::new(),

@@ -2,12 +2,13 @@
 
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Verdict};
+use crate::receipts::{CheckName, CheckResult};
 
 pub struct Allowlist;
 
 impl Check for Allowlist {
-    fn name(&self) -> &'static str {
-        "ALLOWLIST"
+    fn name(&self) -> CheckName {
+        CheckName::Allowlist
     }
 
     /// Applies when any enabled policy of the tenant has an allowlist (they intersect).
@@ -17,8 +18,8 @@ impl Check for Allowlist {
             return Verdict::Skip;
         }
         match policy.allowlist_violation(&super::policy::facts(ex)) {
-            None => Verdict::Pass("PASS"),
-            Some(why) => Verdict::Block("BLOCK", ApiError::new(ErrorKind::PolicyDenied, why)),
+            None => Verdict::Pass(CheckResult::Pass),
+            Some(why) => Verdict::Block(CheckResult::Block, ApiError::new(ErrorKind::PolicyDenied, why)),
         }
     }
 }

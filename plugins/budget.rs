@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::budget::Ledger;
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
+use crate::receipts::{CheckName, CheckResult};
 
 pub struct Budget {
     ledger: Arc<Ledger>,
@@ -19,8 +20,8 @@ impl Budget {
 }
 
 impl Check for Budget {
-    fn name(&self) -> &'static str {
-        "BUDGET"
+    fn name(&self) -> CheckName {
+        CheckName::Budget
     }
 
     /// Applies when a budget covers the key, its team or the tenant; 402 when the request's
@@ -34,7 +35,7 @@ impl Check for Budget {
         match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), &limits, amount, ex.now) {
             Ok(r) => {
                 cx.budget = Some(r);
-                Verdict::Pass("PASS")
+                Verdict::Pass(CheckResult::Pass)
             }
             Err(x) => {
                 let period = match x.period {
@@ -42,7 +43,7 @@ impl Check for Budget {
                     crate::budget::Period::Total => "total",
                 };
                 Verdict::Block(
-                    "BLOCK",
+                    CheckResult::Block,
                     ApiError::new(
                         ErrorKind::BudgetExceeded,
                         format!(
@@ -87,12 +88,12 @@ mod tests {
         let mut first = Exchange::fixture_in(snap.clone(), body.clone());
         first.key = key.clone();
         let mut cx1 = Ctx::default();
-        assert!(matches!(check.on_request(&mut first, &mut cx1), Verdict::Pass("PASS")));
+        assert!(matches!(check.on_request(&mut first, &mut cx1), Verdict::Pass(CheckResult::Pass)));
         // While the first holds its reservation, a second does not fit.
         let mut second = Exchange::fixture_in(snap.clone(), body.clone());
         second.key = key.clone();
         match check.on_request(&mut second, &mut Ctx::default()) {
-            Verdict::Block("BLOCK", e) => assert_eq!(e.status(), 402),
+            Verdict::Block(CheckResult::Block, e) => assert_eq!(e.status(), 402),
             other => panic!("{other:?}"),
         }
         // The first really cost little: settled, the next one fits.
@@ -107,6 +108,6 @@ mod tests {
         check.on_complete(&done, &mut cx1);
         let mut third = Exchange::fixture_in(snap, body);
         third.key = key;
-        assert!(matches!(check.on_request(&mut third, &mut Ctx::default()), Verdict::Pass("PASS")));
+        assert!(matches!(check.on_request(&mut third, &mut Ctx::default()), Verdict::Pass(CheckResult::Pass)));
     }
 }

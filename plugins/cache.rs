@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::cache::{self, AnswerCache, Slot};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Saved, Verdict};
+use crate::receipts::{CheckName, CheckResult};
 
 pub struct Cache {
     store: Arc<AnswerCache>,
@@ -16,8 +17,8 @@ impl Cache {
 }
 
 impl Check for Cache {
-    fn name(&self) -> &'static str {
-        "CACHE"
+    fn name(&self) -> CheckName {
+        CheckName::Cache
     }
 
     /// `HIT` answers from memory (the upstream is never called), `MISS` lets the request go
@@ -29,7 +30,7 @@ impl Check for Cache {
         let key = cache::key(key_entry.tenant_id(), ex.route, ex.body.json());
         cx.cache_slot = Some(Slot { key, ttl: settings.ttl });
         if ex.no_cache {
-            return Verdict::Pass("BYPASS");
+            return Verdict::Pass(CheckResult::Bypass);
         }
         match self.store.get(&key) {
             Some(hit) => {
@@ -38,7 +39,7 @@ impl Check for Cache {
                     Some(Saved { tokens: hit.usage.prompt_tokens + hit.usage.completion_tokens, usd: hit.cost_usd });
                 Verdict::Serve(hit)
             }
-            None => Verdict::Pass("MISS"),
+            None => Verdict::Pass(CheckResult::Miss),
         }
     }
 
@@ -68,7 +69,7 @@ mod tests {
         let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
         let mut ex = exchange(yaml, body.clone());
         let mut cx = Ctx::default();
-        assert!(matches!(cache.on_request(&mut ex, &mut cx), Verdict::Pass("MISS")));
+        assert!(matches!(cache.on_request(&mut ex, &mut cx), Verdict::Pass(CheckResult::Miss)));
         let answer = Cached {
             status: 200,
             content_type: "application/json".into(),
@@ -93,6 +94,6 @@ mod tests {
 
         let mut ex = exchange(yaml, body);
         ex.no_cache = true;
-        assert!(matches!(cache.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("BYPASS")));
+        assert!(matches!(cache.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass(CheckResult::Bypass)));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::error::{ApiError, ErrorKind};
 use crate::guardrails::{self, Direction, Finding, GuardAction, Guardrails, StreamScanner};
 use crate::pipeline::{Check, Ctx, Exchange, ResponsePiece, Verdict};
-use crate::receipts::GuardEvent;
+use crate::receipts::{CheckName, CheckResult, GuardEvent};
 
 pub struct Guardrail;
 
@@ -38,7 +38,7 @@ fn categories(findings: &[Finding], action: GuardAction) -> String {
 
 fn blocked(findings: &[Finding], what: &str) -> Verdict {
     Verdict::Block(
-        "BLOCK",
+        CheckResult::Block,
         ApiError::new(
             ErrorKind::GuardrailBlocked,
             format!("{what} was blocked by a guardrail ({})", categories(findings, GuardAction::Block)),
@@ -53,13 +53,13 @@ fn verdict(findings: &[Finding], is_blocked: bool, changed: bool, what: &str) ->
     } else if changed {
         Verdict::Redact
     } else {
-        Verdict::Pass("PASS")
+        Verdict::Pass(CheckResult::Pass)
     }
 }
 
 impl Check for Guardrail {
-    fn name(&self) -> &'static str {
-        "GUARDRAIL"
+    fn name(&self) -> CheckName {
+        CheckName::Guardrail
     }
 
     /// Applies when an enabled policy of the tenant has guardrails. Scans the request's text
@@ -76,7 +76,7 @@ impl Check for Guardrail {
         }
         // The common clean body is read from its bytes; the tree is built only to report or redact.
         if ex.body.unparsed().is_some_and(|raw| guardrails::request_is_clean(rails, raw)) {
-            return Verdict::Pass("PASS");
+            return Verdict::Pass(CheckResult::Pass);
         }
         let out = guardrails::apply_to_request_json(rails, ex.body.json());
         record(cx, &out.findings, "request");
@@ -91,7 +91,7 @@ impl Check for Guardrail {
         let (findings, is_blocked, changed) = match piece {
             ResponsePiece::Json(body) => {
                 if body.unparsed().is_some_and(|raw| guardrails::response_is_clean(&guard.rails, raw)) {
-                    return Verdict::Pass("PASS");
+                    return Verdict::Pass(CheckResult::Pass);
                 }
                 // An answer that is not JSON has no text fields to check.
                 let Some(v) = body.try_json() else { return Verdict::Skip };
@@ -135,11 +135,11 @@ mod tests {
         let body = |t: &str| json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": t}]});
         let mut ex = exchange(RAILS, body("pay 4111 1111 1111 1111"));
         match Guardrail.on_request(&mut ex, &mut Ctx::default()) {
-            Verdict::Block("BLOCK", e) => assert_eq!(e.kind, ErrorKind::GuardrailBlocked),
+            Verdict::Block(CheckResult::Block, e) => assert_eq!(e.kind, ErrorKind::GuardrailBlocked),
             other => panic!("{other:?}"),
         }
         let mut ex = exchange(RAILS, body("pay 4111 1111 1111 1112"));
-        assert!(matches!(Guardrail.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("PASS")));
+        assert!(matches!(Guardrail.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass(CheckResult::Pass)));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The checks, one file each, and the one table that orders them (DESIGN.md §4).
 //!
-//! Order matters and is written down only here: cheap refusals first (allowlist, policy), then
-//! the counters that reserve (rate limit, budget), then guardrails (which may rewrite the
-//! request), then the cache (keyed on the request as it will really be sent). Key
+//! Order matters and is written down only here, in [`ORDER`]: cheap refusals first (allowlist,
+//! policy), then the counters that reserve (rate limit, budget), then guardrails (which may
+//! rewrite the request), then the cache (keyed on the request as it will really be sent). Key
 //! authentication runs before all of them in the gateway: without a key there is no tenant.
+//! Compliance ranks receipts by the same order (`compliance::walk::CHECK_ORDER`).
 
 pub mod allowlist;
 pub mod budget;
@@ -12,18 +13,51 @@ pub mod guardrail;
 pub mod policy;
 pub mod rate_limit;
 
-use crate::app::App;
-use crate::pipeline::Check;
+use std::sync::Arc;
 
-pub fn table(app: &App) -> Vec<Box<dyn Check>> {
-    vec![
-        Box::new(allowlist::Allowlist),
-        Box::new(policy::Policy),
-        Box::new(rate_limit::RateLimit),
-        Box::new(budget::Budget::new(app.ledger.clone())),
-        Box::new(guardrail::Guardrail),
-        Box::new(cache::Cache::new(app.cache.clone())),
-    ]
+use crate::budget::Ledger;
+use crate::cache::AnswerCache;
+use crate::pipeline::Check;
+use crate::receipts::CheckName;
+
+/// The checks in the order they run.
+pub const ORDER: [CheckName; 6] = [
+    CheckName::Allowlist,
+    CheckName::Policy,
+    CheckName::RateLimit,
+    CheckName::Budget,
+    CheckName::Guardrail,
+    CheckName::Cache,
+];
+
+/// The checks, built in [`ORDER`] over the long-lived state they keep (spend, cached answers).
+pub fn table(ledger: Arc<Ledger>, answers: Arc<AnswerCache>) -> Vec<Box<dyn Check>> {
+    ORDER
+        .iter()
+        .map(|name| -> Box<dyn Check> {
+            match name {
+                CheckName::Allowlist => Box::new(allowlist::Allowlist),
+                CheckName::Policy => Box::new(policy::Policy),
+                CheckName::RateLimit => Box::new(rate_limit::RateLimit),
+                CheckName::Budget => Box::new(budget::Budget::new(ledger.clone())),
+                CheckName::Guardrail => Box::new(guardrail::Guardrail),
+                CheckName::Cache => Box::new(cache::Cache::new(answers.clone())),
+                CheckName::Upstream => unreachable!("the upstream call is the gateway's, not a check"),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_runs_in_order_under_its_own_names() {
+        let table = table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(1 << 20, 1 << 10)));
+        let names: Vec<CheckName> = table.iter().map(|c| c.name()).collect();
+        assert_eq!(names, ORDER);
+    }
 }
 
 /// Fixtures for the plugins' unit tests: a snapshot whose tenant `t1` has one policy.

@@ -3,6 +3,7 @@
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Verdict};
 use crate::policy::{Decision, Facts};
+use crate::receipts::{CheckName, CheckResult};
 
 pub struct Policy;
 
@@ -25,8 +26,8 @@ pub fn facts(ex: &Exchange) -> Facts<'_> {
 }
 
 impl Check for Policy {
-    fn name(&self) -> &'static str {
-        "policy"
+    fn name(&self) -> CheckName {
+        CheckName::Policy
     }
 
     /// Applies when an enabled policy of the tenant has rules: `allow`, or `deny` with 403.
@@ -36,11 +37,11 @@ impl Check for Policy {
             return Verdict::Skip;
         }
         match policy.evaluate(&facts(ex)) {
-            Decision::Allow => Verdict::Pass("allow"),
+            Decision::Allow => Verdict::Pass(CheckResult::Allow),
             Decision::Deny { rule_id, reason } => {
                 let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
                 Verdict::Block(
-                    "deny",
+                    CheckResult::Deny,
                     ApiError::new(ErrorKind::PolicyDenied, format!("denied by policy rule `{rule_id}`{why}")),
                 )
             }
@@ -61,13 +62,15 @@ mod tests {
                     allowlist:\n  models: [\"gpt-4o-mini\", \"o1*\"]\n";
         let mut ex = exchange(yaml, json!({"model": "o1-mini", "messages": []}));
         match Policy.on_request(&mut ex, &mut Ctx::default()) {
-            Verdict::Block("deny", e) => assert!(e.message.contains("no-o1") && e.message.contains("costly")),
+            Verdict::Block(CheckResult::Deny, e) => {
+                assert!(e.message.contains("no-o1") && e.message.contains("costly"))
+            }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("PASS")));
+        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass(CheckResult::Pass)));
         let mut ex = exchange(yaml, json!({"model": "gpt-4o", "messages": []}));
-        assert!(matches!(Policy.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass("allow")));
-        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Block("BLOCK", _)));
+        assert!(matches!(Policy.on_request(&mut ex, &mut Ctx::default()), Verdict::Pass(CheckResult::Allow)));
+        assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Block(CheckResult::Block, _)));
         let mut ex = exchange("cache: {mode: exact}\n", json!({"model": "gpt-4o", "messages": []}));
         assert!(matches!(Policy.on_request(&mut ex, &mut Ctx::default()), Verdict::Skip));
         assert!(matches!(Allowlist.on_request(&mut ex, &mut Ctx::default()), Verdict::Skip));

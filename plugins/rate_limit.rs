@@ -3,12 +3,13 @@
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
 use crate::ratelimit;
+use crate::receipts::{CheckName, CheckResult};
 
 pub struct RateLimit;
 
 impl Check for RateLimit {
-    fn name(&self) -> &'static str {
-        "RATELIMIT"
+    fn name(&self) -> CheckName {
+        CheckName::RateLimit
     }
 
     /// Applies when the key has an rpm or tpm limit. Reserves one request and the tokens the
@@ -27,10 +28,10 @@ impl Check for RateLimit {
         match ratelimit::acquire(&ex.key.state.rate, rpm, tpm, ask, ex.now.timestamp_millis(), &mut cx.headers) {
             Ok(reservation) => {
                 cx.rate = Some(reservation);
-                Verdict::Pass("PASS")
+                Verdict::Pass(CheckResult::Pass)
             }
             Err(limited) => Verdict::Block(
-                "BLOCK",
+                CheckResult::Block,
                 ApiError::new(ErrorKind::RateLimited, limited.message).with_headers(limited.headers),
             ),
         }
@@ -59,10 +60,10 @@ mod tests {
         let mut rec = ex.key.record.clone();
         rec.rpm_limit = Some(1);
         ex.key = std::sync::Arc::new(crate::snapshot::KeyEntry::new(rec, Default::default()));
-        assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Pass("PASS")));
+        assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Pass(CheckResult::Pass)));
         assert!(cx.headers.iter().any(|(k, v)| *k == "x-ratelimit-remaining-requests" && v == "0"));
         match RateLimit.on_request(&mut ex, &mut Ctx::default()) {
-            Verdict::Block("BLOCK", e) => {
+            Verdict::Block(CheckResult::Block, e) => {
                 assert_eq!(e.status(), 429);
                 assert!(e.headers.iter().any(|(k, _)| *k == "retry-after"));
             }
@@ -81,7 +82,7 @@ mod tests {
         rec.tpm_limit = Some(1000);
         ex.key = std::sync::Arc::new(crate::snapshot::KeyEntry::new(rec, Default::default()));
         let mut cx = Ctx::default();
-        assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Pass("PASS")));
+        assert!(matches!(RateLimit.on_request(&mut ex, &mut cx), Verdict::Pass(CheckResult::Pass)));
         assert_eq!(cx.rate.as_ref().map(|r| r.tokens()), Some(1000));
         assert!(cx.headers.iter().any(|(k, v)| *k == "x-ratelimit-limit-tokens" && v == "1000"));
 

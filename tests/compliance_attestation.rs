@@ -382,7 +382,7 @@ fn the_chain_auditor_warms_the_memo() {
 /// quotes, backslashes, control characters and non-ASCII text.
 #[test]
 fn packed_pages_decode_exactly_like_rows() {
-    use tollgate::receipts::{CacheSide, Check, Draft, Kind};
+    use tollgate::receipts::{CacheSide, Check, Draft, Kind, UpstreamStatus};
     use tollgate::store::{receipts as rows, Store};
     for b in backends() {
         let (url, dir) = match &b {
@@ -412,7 +412,7 @@ fn packed_pages_decode_exactly_like_rows() {
                     completion_tokens: i as u64,
                     cost_usd: *c,
                     checks: vec![Check { name: "policy".into(), result: format!("allow\"{i}").into() }],
-                    upstream_status: "ok",
+                    upstream_status: UpstreamStatus::Ok,
                     ts: "2026-11-23 10:00:00.000".into(),
                     kind: Kind::ModelCall,
                     pack_version: String::new(),

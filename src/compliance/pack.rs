@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::compliance::walk::CHECK_ORDER;
 use crate::config::Origin;
 use crate::policy::validate::{find, located};
+use crate::receipts::CheckName;
 
 /// Names a control may be proven by: the check names of API.md, plus `RECEIPT` (the signed,
 /// chained receipt itself) and `KEY` (a valid virtual key), which every receipt proves.
@@ -20,7 +21,7 @@ pub const RECEIPT: &str = "RECEIPT";
 pub const KEY: &str = "KEY";
 
 pub fn known_proof(name: &str) -> bool {
-    name == RECEIPT || name == KEY || CHECK_ORDER.contains(&name)
+    name == RECEIPT || name == KEY || name.parse::<CheckName>().is_ok()
 }
 
 /// The baseline packs, embedded: (file name, raw YAML).
@@ -231,7 +232,10 @@ fn validate(doc: &PackDoc, raw: &str, origin: Origin) -> Result<(), String> {
             if !known_proof(name) {
                 return Err(bad(
                     &format!("provenBy[{j}]"),
-                    &format!("unknown check name `{name}`; use one of {}, {RECEIPT}, {KEY}", CHECK_ORDER.join(", ")),
+                    &format!(
+                        "unknown check name `{name}`; use one of {}, {RECEIPT}, {KEY}",
+                        CHECK_ORDER.map(CheckName::as_str).join(", ")
+                    ),
                 ));
             }
             if c.proven_by[..j].contains(name) {

@@ -24,6 +24,7 @@ use super::walk::KeyRing;
 use crate::receipts::canonical::{self, Check, Receipt};
 use crate::receipts::merkle::{self, RootBuilder};
 use crate::receipts::signer::RegisteredKey;
+use crate::receipts::{Term, UpstreamStatus};
 
 /// One line of the report: what was checked and whether it held.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +74,7 @@ struct Entry {
     completion_tokens: u64,
     cost_usd: f64,
     checks: Vec<Check>,
-    upstream_status: String,
+    upstream_status: Term<UpstreamStatus>,
     ts: String,
     prev_hash: String,
     this_hash: String,

@@ -13,17 +13,26 @@ use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use super::memo::{Span, SpanMemo};
-use crate::receipts::canonical;
+use crate::plugins::ORDER;
 use crate::receipts::merkle::{self, Hash, RootBuilder};
 use crate::receipts::signer::{self, RegisteredKey};
+use crate::receipts::{canonical, CheckName, CheckResult, Severity, Term, UpstreamStatus};
 use crate::store::receipts::StoredReceipt;
 
-/// The check names of API.md in pipeline order (`plugins/mod.rs`), then the upstream call.
-pub const CHECK_ORDER: [&str; 7] = ["ALLOWLIST", "policy", "RATELIMIT", "BUDGET", "GUARDRAIL", "CACHE", "UPSTREAM"];
+/// The check names in pipeline order (`plugins::ORDER`), then the upstream call.
+pub const CHECK_ORDER: [CheckName; ORDER.len() + 1] = {
+    let mut all = [CheckName::Upstream; ORDER.len() + 1];
+    let mut i = 0;
+    while i < ORDER.len() {
+        all[i] = ORDER[i];
+        i += 1;
+    }
+    all
+};
 
 /// Results that stopped a request: each receipt holding one is an enforcement action.
-pub fn is_enforcement(result: &str) -> bool {
-    matches!(result, "BLOCK" | "deny")
+pub fn is_enforcement(result: &Term<CheckResult>) -> bool {
+    result.severity() == Severity::Stopped
 }
 
 /// Public keys by key id, decoded once per walk.
@@ -241,7 +250,7 @@ pub struct WalkResult {
     pub enforcement_actions: u64,
     pub upstream_failures: u64,
     /// Per name of [`CHECK_ORDER`], in that order.
-    pub coverage: Vec<(&'static str, Coverage)>,
+    pub coverage: Vec<(CheckName, Coverage)>,
     pub pack_versions: Vec<String>,
     pub key_ids: Vec<String>,
     pub root: Hash,
@@ -373,13 +382,13 @@ impl Walk {
             _ => r.model_receipts += 1,
         }
         let checks = &row.receipt.checks;
-        if checks.iter().any(|k| k.name == "policy") {
+        if checks.iter().any(|k| k.name == CheckName::Policy) {
             r.policy_evaluated += 1;
         }
         if checks.iter().any(|k| is_enforcement(&k.result)) {
             r.enforcement_actions += 1;
         }
-        if matches!(row.receipt.upstream_status.as_str(), "error" | "timeout") {
+        if matches!(row.receipt.upstream_status.known(), Some(UpstreamStatus::Error | UpstreamStatus::Timeout)) {
             r.upstream_failures += 1;
         }
         count_coverage(&mut r.coverage, checks);
@@ -409,16 +418,16 @@ impl Walk {
 /// it ran, or when the request reached its place in the pipeline, i.e. no earlier check on the
 /// request side blocked it. A check that is applicable but absent shows a coverage gap (e.g. no
 /// policy in force for that traffic).
-fn count_coverage(coverage: &mut [(&'static str, Coverage)], checks: &[canonical::Check]) {
-    let stage = |name: &str| CHECK_ORDER.iter().position(|n| *n == name);
+fn count_coverage(coverage: &mut [(CheckName, Coverage)], checks: &[canonical::Check]) {
+    let stage = |name: &Term<CheckName>| CHECK_ORDER.iter().position(|n| name == n);
     let blocked_at = checks
         .iter()
-        .take_while(|k| k.name != "UPSTREAM")
+        .take_while(|k| k.name != CheckName::Upstream)
         .filter(|k| is_enforcement(&k.result))
         .find_map(|k| stage(&k.name))
         .unwrap_or(usize::MAX);
     for (i, (name, cov)) in coverage.iter_mut().enumerate() {
-        let ran = checks.iter().any(|k| k.name == *name && !(k.name == "UPSTREAM" && k.result == "SKIPPED"));
+        let ran = checks.iter().any(|k| k.name == *name && k.result != CheckResult::Skipped);
         if ran {
             cov.receipts += 1;
         }
@@ -500,6 +509,17 @@ mod tests {
     }
 
     #[test]
+    fn the_check_order_places_every_check_name_once() {
+        let mut names = CHECK_ORDER.to_vec();
+        names.sort_by_key(|n| n.as_str());
+        names.dedup();
+        assert_eq!(names.len(), CheckName::ALL.len());
+        assert!(CheckName::ALL.iter().all(|n| CHECK_ORDER.contains(n)));
+        assert_eq!(CHECK_ORDER[..ORDER.len()], ORDER);
+        assert_eq!(CHECK_ORDER.last(), Some(&CheckName::Upstream));
+    }
+
+    #[test]
     fn a_good_chain_verifies_and_counts() {
         let s = Signer::from_seed(&[3; 32]);
         let rows = chain(&s, 100);
@@ -512,11 +532,11 @@ mod tests {
         assert_eq!(r.pack_versions, vec!["ps-a", "ps-b"]);
         assert_eq!(r.key_ids, vec![s.key_id.clone()]);
         let cov: HashMap<_, _> = r.coverage.iter().cloned().collect();
-        assert_eq!(cov["RATELIMIT"], Coverage { receipts: 100, applicable: 100 });
+        assert_eq!(cov[&CheckName::RateLimit], Coverage { receipts: 100, applicable: 100 });
         // Blocked at RATELIMIT: BUDGET and what follows were not applicable to those 33.
-        assert_eq!(cov["BUDGET"], Coverage { receipts: 0, applicable: 67 });
-        assert_eq!(cov["UPSTREAM"], Coverage { receipts: 67, applicable: 67 });
-        assert_eq!(cov["policy"], Coverage { receipts: 67, applicable: 100 });
+        assert_eq!(cov[&CheckName::Budget], Coverage { receipts: 0, applicable: 67 });
+        assert_eq!(cov[&CheckName::Upstream], Coverage { receipts: 67, applicable: 67 });
+        assert_eq!(cov[&CheckName::Policy], Coverage { receipts: 67, applicable: 100 });
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::metrics::{self, METRICS};
 use crate::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
 use crate::providers::{self, Usage};
 use crate::receipts::writer::InFlight;
-use crate::receipts::{self, CacheSide, Check, Draft, Kind};
+use crate::receipts::{self, CacheSide, Check, CheckName, CheckResult, Draft, Kind};
 use crate::snapshot::{KeyEntry, Snapshot};
 use crate::upstream::{UpstreamClient, UpstreamError};
 use ending::Ending;
@@ -44,7 +44,7 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(app: Arc<App>) -> Self {
         let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config), &app.config.upstream.ca_file);
-        let pipeline = Pipeline::new(crate::plugins::table(&app));
+        let pipeline = Pipeline::new(crate::plugins::table(app.ledger.clone(), app.cache.clone()));
         Gateway { app, upstream, pipeline }
     }
 }
@@ -102,20 +102,11 @@ impl Ctx {
             Some(u) => format!("{}/{u}", key.id).into(),
             None => key.id.clone(),
         };
-        let (result, status) = match self.upstream {
-            UpstreamOutcome::Pass => ("PASS", "ok"),
-            UpstreamOutcome::Fail => ("FAIL", "error"),
-            UpstreamOutcome::Timeout => ("TIMEOUT", "timeout"),
-            UpstreamOutcome::Skipped => ("SKIPPED", "skipped"),
-        };
+        let status = self.upstream.status();
         let usage = self.usage.unwrap_or_default();
         let mut checks = std::mem::take(&mut self.cx.checks);
-        let cache_result = checks.iter().find(|c| c.name == "CACHE").map(|c| match &*c.result {
-            "HIT" => "HIT",
-            "BYPASS" => "BYPASS",
-            _ => "MISS",
-        });
-        checks.push(Check { name: "UPSTREAM".into(), result: result.into() });
+        let cache_result = checks.iter().find(|c| c.name == CheckName::Cache).and_then(|c| c.result.known());
+        checks.push(Check::new(CheckName::Upstream, status.check_result()));
         checks.append(&mut self.cx.response_checks);
         let saved = self.cx.saved.unwrap_or_default();
         Some(Draft {
@@ -137,7 +128,11 @@ impl Ctx {
             } else {
                 String::new()
             },
-            cache: CacheSide { result: cache_result.unwrap_or(""), saved_tokens: saved.tokens, saved_usd: saved.usd },
+            cache: CacheSide {
+                result: cache_result.map_or("", |r| r.as_str()),
+                saved_tokens: saved.tokens,
+                saved_usd: saved.usd,
+            },
             events: std::mem::take(&mut self.cx.events),
             key_id: key.id.clone(),
         })
@@ -179,7 +174,7 @@ impl Gateway {
             Step::Serve(hit) => {
                 ctx.status = hit.status;
                 let mut h = ctx.answer_headers();
-                h.push(("x-tollgate-cache", "HIT".to_string()));
+                h.push(("x-tollgate-cache", CheckResult::Hit.as_str().to_string()));
                 return Ok(Ending::cached(&hit, &h));
             }
         }
@@ -387,8 +382,8 @@ impl Gateway {
     /// What this request adds to the counters: its checks, tokens, cost and cache savings.
     /// Recorded before the receipt takes the request's model and checks.
     fn record_metrics(&self, ctx: &Ctx) {
-        for c in ctx.cx.checks.iter().chain(&ctx.cx.response_checks) {
-            metrics::local::check(&c.name, &c.result);
+        for (name, result) in ctx.cx.checks.iter().chain(&ctx.cx.response_checks).filter_map(Check::known) {
+            metrics::local::check(name, result);
         }
         if let Some(saved) = ctx.cx.saved {
             METRICS.cache_saved_usd.with_label_values(&[&ctx.model]).inc_by(saved.usd);

@@ -14,6 +14,7 @@ use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::guardrails::{event_text, set_event_text};
 use crate::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
 use crate::providers::usage::{self, Dialect, Usage};
+use crate::receipts::{CheckResult, UpstreamStatus};
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// How the upstream leg ended, for metrics and the receipt.
@@ -34,6 +35,16 @@ impl UpstreamOutcome {
         match e {
             UpstreamError::Timeout(_) => UpstreamOutcome::Timeout,
             UpstreamError::Failed(_) => UpstreamOutcome::Fail,
+        }
+    }
+
+    /// The receipt's `upstreamStatus`.
+    pub fn status(self) -> UpstreamStatus {
+        match self {
+            UpstreamOutcome::Skipped => UpstreamStatus::Skipped,
+            UpstreamOutcome::Pass => UpstreamStatus::Ok,
+            UpstreamOutcome::Fail => UpstreamStatus::Error,
+            UpstreamOutcome::Timeout => UpstreamStatus::Timeout,
         }
     }
 }
@@ -187,7 +198,8 @@ async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan:
         let mut answer = JsonBody::lazy(sent.clone());
         match plan.pipeline.on_response(&mut ResponsePiece::Json(&mut answer), plan.cx) {
             Ok(()) => {
-                if let Some(v) = answer.built().filter(|_| plan.cx.response_checks.iter().any(|c| c.result == "REDACT"))
+                if let Some(v) =
+                    answer.built().filter(|_| plan.cx.response_checks.iter().any(|c| c.result == CheckResult::Redact))
                 {
                     sent = serde_json::to_vec(v).map(Bytes::from).unwrap_or(sent);
                 }

@@ -8,13 +8,12 @@ use serde_json::{json, Map, Value};
 use super::{BodyStream, Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::receipts::{canonical, chain, signer};
+use crate::receipts::{canonical, chain, signer, UpstreamStatus};
 use crate::store::receipts::{Filter, StoredReceipt};
 use crate::store::{self, Store};
 
 pub const EXPORT_MAX: u64 = 50_000;
 const EXPORT_DEFAULT: u64 = 10_000;
-const UPSTREAM_STATUSES: [&str; 4] = ["ok", "error", "timeout", "skipped"];
 
 /// RFC 3339 → the receipts' own `YYYY-MM-DD HH:MM:SS.mmm` UTC form, which sorts as text.
 pub(super) fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
@@ -41,10 +40,11 @@ fn filter(req: &Req) -> Result<Filter, ApiError> {
     let text = |n: &str| req.query(n).filter(|v| !v.is_empty()).map(str::to_string);
     let upstream_status = text("upstreamStatus");
     if let Some(s) = &upstream_status {
-        if !UPSTREAM_STATUSES.contains(&s.as_str()) {
+        if s.parse::<UpstreamStatus>().is_err() {
+            let all: Vec<&str> = UpstreamStatus::ALL.iter().map(|s| s.as_str()).collect();
             return Err(ApiError::invalid(format!(
                 "query `upstreamStatus` must be one of {}; got `{s}`",
-                UPSTREAM_STATUSES.join(", ")
+                all.join(", ")
             )));
         }
     }
@@ -198,7 +198,7 @@ fn csv_row(r: &StoredReceipt) -> String {
         c.completion_tokens.to_string(),
         cost,
         checks.join(";"),
-        c.upstream_status.clone(),
+        c.upstream_status.to_string(),
         r.this_hash.clone(),
         r.kind.clone(),
     ];

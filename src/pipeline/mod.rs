@@ -11,12 +11,12 @@ mod exchange;
 pub use exchange::{estimate_prompt_tokens, Cached, Exchange, JsonBody, Outcome, ResponsePiece, Saved};
 
 use crate::error::ApiError;
-use crate::receipts::{Check as Recorded, GuardEvent};
+use crate::receipts::{Check as Recorded, CheckName, CheckResult, GuardEvent};
 
 /// One check. Hooks default to doing nothing, so a check implements only what it needs.
 pub trait Check: Send + Sync + 'static {
     /// The receipt name: `policy`, `ALLOWLIST`, `RATELIMIT`, `BUDGET`, `GUARDRAIL`, `CACHE`.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> CheckName;
 
     /// Runs before the upstream call, in table order, until one blocks or serves.
     /// May change the exchange (redaction) and must say so with [`Verdict::Redact`].
@@ -42,11 +42,11 @@ pub enum Verdict {
     /// Not applicable to this request: nothing is recorded.
     Skip,
     /// Recorded with this result (`PASS`, `allow`, `MISS`, `BYPASS`).
-    Pass(&'static str),
+    Pass(CheckResult),
     /// Recorded as `REDACT`: the check changed the request or the answer text.
     Redact,
     /// Recorded with this result (`BLOCK`, `deny`); the request ends with this error.
-    Block(&'static str, ApiError),
+    Block(CheckResult, ApiError),
     /// Recorded as `HIT`: the answer comes from the cache, not the upstream.
     Serve(Cached),
 }
@@ -91,7 +91,7 @@ impl Pipeline {
         Pipeline { checks }
     }
 
-    pub fn names(&self) -> Vec<&'static str> {
+    pub fn names(&self) -> Vec<CheckName> {
         self.checks.iter().map(|c| c.name()).collect()
     }
 
@@ -101,13 +101,13 @@ impl Pipeline {
             match check.on_request(ex, cx) {
                 Verdict::Skip => {}
                 Verdict::Pass(result) => record(&mut cx.checks, name, result),
-                Verdict::Redact => record(&mut cx.checks, name, "REDACT"),
+                Verdict::Redact => record(&mut cx.checks, name, CheckResult::Redact),
                 Verdict::Block(result, e) => {
                     record(&mut cx.checks, name, result);
                     return Step::Block(e);
                 }
                 Verdict::Serve(hit) => {
-                    record(&mut cx.checks, name, "HIT");
+                    record(&mut cx.checks, name, CheckResult::Hit);
                     return Step::Serve(hit);
                 }
             }
@@ -123,7 +123,7 @@ impl Pipeline {
             match check.on_response(piece, cx) {
                 Verdict::Skip | Verdict::Serve(_) => {}
                 Verdict::Pass(result) => raise(&mut cx.response_checks, name, result),
-                Verdict::Redact => raise(&mut cx.response_checks, name, "REDACT"),
+                Verdict::Redact => raise(&mut cx.response_checks, name, CheckResult::Redact),
                 Verdict::Block(result, e) => {
                     raise(&mut cx.response_checks, name, result);
                     return Err(e);
@@ -140,19 +140,15 @@ impl Pipeline {
     }
 }
 
-fn record(list: &mut Vec<Recorded>, name: &'static str, result: &'static str) {
-    list.push(Recorded { name: name.into(), result: result.into() });
+fn record(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
+    debug_assert!(name.results().contains(&result), "{name} does not record {result} (API.md §Checks)");
+    list.push(Recorded::new(name, result));
 }
 
 /// Keeps one entry per check name on the answer side, holding its strongest result.
-fn raise(list: &mut Vec<Recorded>, name: &'static str, result: &'static str) {
-    let rank = |r: &str| match r {
-        "BLOCK" => 3,
-        "REDACT" => 2,
-        _ => 1,
-    };
+fn raise(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
     match list.iter_mut().find(|c| c.name == name) {
-        Some(c) if rank(result) > rank(&c.result) => c.result = result.into(),
+        Some(c) if result.severity() > c.result.severity() => c.result = result.into(),
         Some(_) => {}
         None => record(list, name, result),
     }
@@ -163,9 +159,9 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
-    struct Fixed(&'static str, fn() -> Verdict);
+    struct Fixed(CheckName, fn() -> Verdict);
     impl Check for Fixed {
-        fn name(&self) -> &'static str {
+        fn name(&self) -> CheckName {
             self.0
         }
         fn on_request(&self, _ex: &mut Exchange, _cx: &mut Ctx) -> Verdict {
@@ -176,10 +172,12 @@ mod tests {
     #[test]
     fn records_in_order_and_stops_at_the_first_block() {
         let p = Pipeline::new(vec![
-            Box::new(Fixed("ALLOWLIST", || Verdict::Pass("PASS"))),
-            Box::new(Fixed("policy", || Verdict::Skip)),
-            Box::new(Fixed("RATELIMIT", || Verdict::Block("BLOCK", ApiError::new(ErrorKind::RateLimited, "x")))),
-            Box::new(Fixed("CACHE", || Verdict::Pass("MISS"))),
+            Box::new(Fixed(CheckName::Allowlist, || Verdict::Pass(CheckResult::Pass))),
+            Box::new(Fixed(CheckName::Policy, || Verdict::Skip)),
+            Box::new(Fixed(CheckName::RateLimit, || {
+                Verdict::Block(CheckResult::Block, ApiError::new(ErrorKind::RateLimited, "x"))
+            })),
+            Box::new(Fixed(CheckName::Cache, || Verdict::Pass(CheckResult::Miss))),
         ]);
         let mut ex = Exchange::fixture(serde_json::json!({"model": "gpt-4o-mini", "messages": []}));
         let mut cx = Ctx::default();
@@ -192,9 +190,11 @@ mod tests {
     #[test]
     fn answer_side_keeps_the_strongest_result_per_check() {
         let mut list = Vec::new();
-        raise(&mut list, "GUARDRAIL", "PASS");
-        raise(&mut list, "GUARDRAIL", "REDACT");
-        raise(&mut list, "GUARDRAIL", "PASS");
-        assert_eq!(list, vec![Recorded { name: "GUARDRAIL".into(), result: "REDACT".into() }]);
+        raise(&mut list, CheckName::Guardrail, CheckResult::Pass);
+        raise(&mut list, CheckName::Guardrail, CheckResult::Redact);
+        raise(&mut list, CheckName::Guardrail, CheckResult::Pass);
+        assert_eq!(list, vec![Recorded::new(CheckName::Guardrail, CheckResult::Redact)]);
+        raise(&mut list, CheckName::Guardrail, CheckResult::Block);
+        assert_eq!(list, vec![Recorded::new(CheckName::Guardrail, CheckResult::Block)]);
     }
 }

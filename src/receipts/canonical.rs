@@ -1,8 +1,6 @@
 //! The signed canonical receipt and its bytes, hash, signature and key id, exactly as
 //! `receipts.md` §1 says: JCS (RFC 8785) → SHA-256 → Ed25519.
 
-use std::borrow::Cow;
-
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ed25519_dalek::{Verifier, VerifyingKey};
@@ -12,13 +10,8 @@ use sha2::{Digest, Sha256};
 /// `prevHash` of `seq = 1`.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// One `{name, result}` of a receipt. Names and results recorded on the request path are
-/// static strings, so they are borrowed, not allocated per request; read back, they are owned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Check {
-    pub name: Cow<'static, str>,
-    pub result: Cow<'static, str>,
-}
+pub use super::vocabulary::Check;
+use super::vocabulary::{Term, UpstreamStatus};
 
 /// Exactly the signed members; nothing else may be added without a format version change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,7 +29,7 @@ pub struct Receipt {
     pub completion_tokens: u64,
     pub cost_usd: f64,
     pub checks: Vec<Check>,
-    pub upstream_status: String,
+    pub upstream_status: Term<UpstreamStatus>,
     pub ts: String,
     pub prev_hash: String,
 }
@@ -105,7 +98,7 @@ impl Receipt {
             completion_tokens: self.completion_tokens,
             cost_usd: self.cost_usd,
             checks: &self.checks,
-            upstream_status: &self.upstream_status,
+            upstream_status: self.upstream_status.as_str(),
             ts: &self.ts,
             prev_hash: &self.prev_hash,
         }
@@ -152,9 +145,9 @@ pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
             out.push(b',');
         }
         out.extend_from_slice(b"{\"name\":");
-        string(out, &c.name);
+        string(out, c.name.as_str());
         out.extend_from_slice(b",\"result\":");
-        string(out, &c.result);
+        string(out, c.result.as_str());
         out.push(b'}');
     }
     out.push(b']');

@@ -5,17 +5,20 @@
 //! - `writer`: the background service that assigns `seq`/`prevHash` and appends in batches
 //! - `chain`: re-deriving hashes and links over a range (verify-chain)
 //! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (receipts.md §3)
+//! - `vocabulary`: check names, check results and `upstreamStatus` (API.md §Checks)
 
 pub mod canonical;
 pub mod chain;
 pub mod merkle;
 pub mod signer;
+pub mod vocabulary;
 pub mod writer;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-pub use canonical::{Check, Receipt};
+pub use canonical::Receipt;
+pub use vocabulary::{Check, CheckName, CheckResult, Severity, Term, UpstreamStatus};
 
 /// What the request path hands to the writer: everything but the chain fields.
 #[derive(Debug, Clone)]
@@ -30,7 +33,7 @@ pub struct Draft {
     pub completion_tokens: u64,
     pub cost_usd: f64,
     pub checks: Vec<Check>,
-    pub upstream_status: &'static str,
+    pub upstream_status: UpstreamStatus,
     pub ts: String,
     /// Unsigned side channels.
     pub kind: Kind,
@@ -77,7 +80,7 @@ impl Draft {
             completion_tokens: self.completion_tokens,
             cost_usd: self.cost_usd,
             checks: &self.checks,
-            upstream_status: self.upstream_status,
+            upstream_status: self.upstream_status.as_str(),
             ts: &self.ts,
             prev_hash,
         }

@@ -12,6 +12,7 @@ use sqlx::Row;
 
 use super::{Backend, ChainPool, Store, StoreError};
 use crate::receipts::canonical::{self, Check, Receipt, GENESIS};
+use crate::receipts::Term;
 use crate::receipts::{Draft, GuardEvent};
 
 /// A stored receipt: the signed members plus chain fields and side channels.
@@ -51,7 +52,7 @@ fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
             completion_tokens: n("completion_tokens")?,
             cost_usd: r.try_get("cost_usd")?,
             checks,
-            upstream_status: r.try_get("upstream_status")?,
+            upstream_status: Term::parse(&r.try_get::<String, _>("upstream_status")?),
             ts: r.try_get("ts")?,
             prev_hash: r.try_get("prev_hash")?,
         },
@@ -228,7 +229,7 @@ where
                 text.clear();
                 for c in &d.checks {
                     text.push(b',');
-                    text.extend_from_slice(c.name.as_bytes());
+                    text.extend_from_slice(c.name.as_str().as_bytes());
                 }
                 text.push(b',');
                 let names = shared.get_built(&text);
@@ -247,7 +248,7 @@ where
                     .bind(d.completion_tokens as i64)
                     .bind(d.cost_usd)
                     .bind(checks)
-                    .bind(shared.get(d.upstream_status))
+                    .bind(shared.get(d.upstream_status.as_str()))
                     .bind(Arc::<str>::from(d.ts.as_str()))
                     .bind(r.prev_hash.clone())
                     .bind(r.this_hash.clone())
@@ -597,7 +598,7 @@ pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreEr
             completion_tokens,
             cost_usd,
             checks,
-            upstream_status: u.text()?.to_string(),
+            upstream_status: Term::parse(u.text()?),
             ts: u.text()?.to_string(),
             prev_hash: u.text()?.to_string(),
         };

@@ -12,29 +12,18 @@ use crate::error::{ApiError, ErrorKind};
 use crate::receipts::Check;
 use crate::store;
 
-/// How much a result says about a control: the most telling of several matching checks wins
-/// (a request GUARDRAIL PASS and a response GUARDRAIL BLOCK read as BLOCK).
-fn weight(result: &str) -> u8 {
-    match result {
-        "BLOCK" | "deny" => 4,
-        "FAIL" | "TIMEOUT" => 3,
-        "REDACT" | "FLAG" => 2,
-        "SKIPPED" => 0,
-        _ => 1,
-    }
-}
-
 /// The check that proves `control` on a receipt with these `checks`, and its result; `None` when
 /// the receipt proves nothing about it: an external control, or none of its checks ran here.
-/// This is the inverse of the control's receipts list (`coverage.rs`): a receipt is there exactly
-/// when this is `Some`.
+/// The most telling of several matching checks wins (a request GUARDRAIL PASS and a response
+/// GUARDRAIL BLOCK read as BLOCK). This is the inverse of the control's receipts list
+/// (`coverage.rs`): a receipt is there exactly when this is `Some`.
 fn proof(control: &Control, checks: &[Check], verified: bool) -> Option<(String, String)> {
     if control.coverage == Coverage::External {
         return None;
     }
     let mut best: Option<&Check> = None;
-    for c in checks.iter().filter(|c| control.proven_by.iter().any(|p| *p == *c.name)) {
-        if best.is_none_or(|b| weight(&c.result) > weight(&b.result)) {
+    for c in checks.iter().filter(|c| control.proven_by.iter().any(|p| *p == c.name.as_str())) {
+        if best.is_none_or(|b| c.result.severity() > b.result.severity()) {
             best = Some(c);
         }
     }
