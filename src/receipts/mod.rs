@@ -2,13 +2,15 @@
 //!
 //! - `canonical`: the signed members, JCS bytes, hash, signature, key id (receipts.md §1)
 //! - `signer`: the signing key file and the signing-key registry
-//! - `writer`: the background service that assigns `seq`/`prevHash` and appends in batches
+//! - `seal`: a batch of drafts after their tenants' chain heads → chained, signed rows (pure)
+//! - `writer`: the background service that hands queued drafts to the store in batches
 //! - `chain`: re-deriving hashes and links over a range (verify-chain)
 //! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (receipts.md §3)
 
 pub mod canonical;
 pub mod chain;
 pub mod merkle;
+pub mod seal;
 pub mod signer;
 pub mod writer;
 
