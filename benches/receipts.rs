@@ -1,12 +1,15 @@
-//! Receipt cost: canonicalize + hash + sign one receipt, and the writer's whole batch append
-//! (seq, prevHash, JCS, SHA-256, Ed25519, multi-row INSERT, head update) on SQLite.
+//! Receipt cost: canonicalize + hash + sign one receipt; sealing a batch alone, without a
+//! database (seq, prevHash, JCS, SHA-256, Ed25519: `receipts::seal`); and the writer's whole
+//! batch append (the same sealing plus head locks, multi-row INSERTs, spend, head update) on
+//! SQLite. The difference between the last two is the store's share.
 //!
-//! `cargo bench --bench receipts`. The append group reports throughput in receipts/s.
+//! `cargo bench --bench receipts`. The batch groups report throughput in receipts/s.
 
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tollgate::receipts::canonical::{seal, Check, GENESIS};
+use tollgate::receipts::seal::{Batch, Head};
 use tollgate::receipts::signer::Signer;
 use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
 use tollgate::store::{self, Store};
@@ -55,6 +58,28 @@ fn bench_seal(c: &mut Criterion) {
     });
 }
 
+/// A batch of `size` drafts over two tenants, as the writer sees them.
+fn batch(size: usize) -> Vec<Draft> {
+    (0..size).map(|i| draft(if i.is_multiple_of(2) { "tenant-a" } else { "tenant-b" }, i)).collect()
+}
+
+fn bench_seal_batch(c: &mut Criterion) {
+    let signer = Signer::from_seed(&[7u8; 32]);
+    let mut group = c.benchmark_group("seal batch (no database)");
+    for size in [64usize, 1024] {
+        let drafts = batch(size);
+        group.throughput(Throughput::Elements(size as u64));
+        group.bench_function(format!("{size} receipts, 2 tenants"), |b| {
+            b.iter(|| {
+                let batch = Batch::new(&drafts);
+                let heads = vec![Head { seq: 41, hash: GENESIS.into() }; 2];
+                batch.seal(heads, &signer).rows().len()
+            })
+        });
+    }
+    group.finish();
+}
+
 fn bench_append(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("tollgate-bench-{}", uuid::Uuid::new_v4().simple()));
     let url = format!("sqlite://{}", dir.join("bench.db").display());
@@ -68,7 +93,7 @@ fn bench_append(c: &mut Criterion) {
         group.throughput(Throughput::Elements(size as u64));
         group.bench_function(format!("{size} receipts, 2 tenants"), |b| {
             b.iter_batched(
-                || (0..size).map(|i| draft(if i % 2 == 0 { "tenant-a" } else { "tenant-b" }, i)).collect::<Vec<_>>(),
+                || batch(size),
                 |drafts| rt.block_on(store::receipts::append_batch(&db, drafts, signer.clone())).unwrap(),
                 BatchSize::LargeInput,
             )
@@ -78,5 +103,5 @@ fn bench_append(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-criterion_group!(benches, bench_seal, bench_append);
+criterion_group!(benches, bench_seal, bench_seal_batch, bench_append);
 criterion_main!(benches);

@@ -223,7 +223,7 @@ pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -258,7 +258,8 @@ mod tests {
         }
     }
 
-    fn golden_receipt() -> Receipt {
+    /// The golden test's receipt (`receipts::seal`'s tests seal a draft of it, too).
+    pub(crate) fn golden_receipt() -> Receipt {
         Receipt {
             v: 1,
             tenant_id: "01a204c8-0000-7000-8000-00000000beef".into(),

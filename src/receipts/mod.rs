@@ -2,7 +2,8 @@
 //!
 //! - `canonical`: the signed members, JCS bytes, hash, signature, key id (receipts.md §1)
 //! - `signer`: the signing key file and the signing-key registry
-//! - `writer`: the background service that assigns `seq`/`prevHash` and appends in batches
+//! - `seal`: a batch of drafts after their tenants' chain heads → chained, signed rows (pure)
+//! - `writer`: the background service that hands queued drafts to the store in batches
 //! - `chain`: re-deriving hashes and links over a range (verify-chain)
 //! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (receipts.md §3)
 //! - `vocabulary`: check names, check results and `upstreamStatus` (API.md §Checks)
@@ -10,6 +11,7 @@
 pub mod canonical;
 pub mod chain;
 pub mod merkle;
+pub mod seal;
 pub mod signer;
 pub mod vocabulary;
 pub mod writer;

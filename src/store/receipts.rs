@@ -1,22 +1,26 @@
 //! Receipt rows: the batched, chained append and the reads of the receipt API.
+//!
+//! The append seals nothing itself: [`append_batch`] locks the batch's chain heads, hands the
+//! drafts to the pure sealing step (`receipts::seal`) and writes what comes back in one
+//! transaction (`ChainTx`).
 
 use foldhash::HashMap;
-use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Backend, ChainPool, Store, StoreError};
-use crate::receipts::canonical::{self, Check, Receipt, GENESIS};
+use crate::receipts::canonical::{Check, Receipt, GENESIS};
+use crate::receipts::seal::{self, Batch, Head, SealedBatch};
+use crate::receipts::signer::Signer;
+use crate::receipts::Draft;
 use crate::receipts::Term;
-use crate::receipts::{Draft, GuardEvent};
 
 /// A stored receipt: the signed members plus chain fields and side channels.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoredReceipt {
     pub receipt: Receipt,
     pub this_hash: String,
@@ -26,12 +30,103 @@ pub struct StoredReceipt {
     pub pack_version: String,
 }
 
-const COLUMNS: &str = "tenant_id, seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
-     completion_tokens, cost_usd, checks, upstream_status, ts, prev_hash, this_hash, signature, key_id, kind, \
-     receipt_pack_version";
-/// Written with every receipt, never read back into a `StoredReceipt`.
-const WRITE_ONLY_COLUMNS: &str = "check_names, cache_result, saved_tokens, saved_usd";
-const RECEIPT_BINDS: usize = 24;
+/// The columns of `receipts`, in the order the append binds them and a packed page carries
+/// them. Every column list (insert, select, packed page) is derived from this one table.
+const RECEIPT_COLUMNS: [Column; 24] = {
+    use Value::{Int, Real, Static, Text};
+    const NUMBER: Read = Read::Page(Field::Number);
+    const REAL: Read = Read::Page(Field::Real);
+    const TEXT: Read = Read::Page(Field::Text);
+    [
+        col("tenant_id", Read::Row, |_, r| Text(r.draft.tenant_id.clone())),
+        col("seq", NUMBER, |_, r| Int(r.seq as i64)),
+        col("receipt_id", TEXT, |_, r| Text(r.draft.receipt_id.as_str().into())),
+        col("v", NUMBER, |_, _| Int(1)),
+        col("request_id", TEXT, |_, r| Text(r.draft.request_id.as_str().into())),
+        col("actor", TEXT, |_, r| Text(r.draft.actor.clone())),
+        col("provider", TEXT, |b, r| Text(b.get(&r.draft.provider))),
+        col("model", TEXT, |b, r| Text(b.get(&r.draft.model))),
+        col("prompt_tokens", NUMBER, |_, r| Int(r.draft.prompt_tokens as i64)),
+        col("completion_tokens", NUMBER, |_, r| Int(r.draft.completion_tokens as i64)),
+        col("cost_usd", REAL, |_, r| Real(r.draft.cost_usd)),
+        col("checks", TEXT, |b, r| Text(b.checks(&r.draft.checks))),
+        col("upstream_status", TEXT, |b, r| Text(b.get(r.draft.upstream_status.as_str()))),
+        col("ts", TEXT, |_, r| Text(r.draft.ts.as_str().into())),
+        col("prev_hash", TEXT, |_, r| Text(r.prev_hash.clone())),
+        col("this_hash", TEXT, |_, r| Text(r.this_hash.clone())),
+        col("signature", TEXT, |_, r| Text(signature_b64(&r.signature))),
+        col("key_id", TEXT, |b, _| Text(b.key_id.clone())),
+        col("kind", TEXT, |_, r| Static(r.draft.kind.as_str())),
+        col("receipt_pack_version", TEXT, |b, r| Text(b.get(&r.draft.pack_version))),
+        col("check_names", Read::No, |b, r| Text(b.check_names(&r.draft.checks))),
+        col("cache_result", Read::No, |_, r| Static(r.draft.cache.result)),
+        col("saved_tokens", Read::No, |_, r| Int(r.draft.cache.saved_tokens as i64)),
+        col("saved_usd", Read::No, |_, r| Real(r.draft.cache.saved_usd)),
+    ]
+};
+
+const fn col(name: &'static str, read: Read, value: ColumnValue) -> Column {
+    Column { name, read, value }
+}
+
+/// A column's value for one sealed row (shared values come from the batch's [`Binder`]).
+type ColumnValue = for<'a> fn(&mut Binder<'a>, &seal::Row<'a>) -> Value;
+
+/// One column of `receipts`: its name, how it is read back, and its value for a sealed row.
+struct Column {
+    name: &'static str,
+    read: Read,
+    value: ColumnValue,
+}
+
+/// Where a column is read back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Read {
+    /// Never: written for the `check` filter and the cache report only.
+    No,
+    /// Into a [`StoredReceipt`] by row queries ([`from_row`]); packed pages leave it out (a
+    /// page is one tenant's).
+    Row,
+    /// By row queries, and in packed pages as this field (see [`seq_range_packed`]).
+    Page(Field),
+}
+
+/// How a packed page carries a column.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Field {
+    /// Decimal text and a `;`.
+    Number,
+    /// Text that converts back to the same `f64`, and a `;` (SQLite's `quote()` falls back to
+    /// 20 digits when 15 do not round-trip; PostgreSQL prints the shortest exact form), so
+    /// every recomputed hash sees the stored value.
+    Real,
+    /// Byte length, a `:` and the bytes, so no value needs escaping and none can be mistaken
+    /// for a separator.
+    Text,
+}
+
+/// A column value as bound.
+enum Value {
+    Int(i64),
+    Real(f64),
+    Text(Arc<str>),
+    Static(&'static str),
+}
+
+/// Column names joined with `, `: those whose [`Read`] `keep` accepts, in table order.
+fn column_list(keep: impl Fn(Read) -> bool) -> String {
+    RECEIPT_COLUMNS.iter().filter(|c| keep(c.read)).map(|c| c.name).collect::<Vec<_>>().join(", ")
+}
+
+/// What row queries select: every column a [`StoredReceipt`] holds.
+static COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|r| r != Read::No));
+static INSERT_COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|_| true));
+
+fn signature_b64(signature: &[u8; 64]) -> Arc<str> {
+    let mut b64 = [0u8; 88];
+    B64.encode_slice(signature, &mut b64).expect("64 bytes are 88 base64 characters");
+    Arc::from(std::str::from_utf8(&b64).expect("base64 is ASCII"))
+}
 
 fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
     let checks: String = r.try_get("checks")?;
@@ -64,9 +159,10 @@ fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
     })
 }
 
-/// Rows per multi-row INSERT (24 binds a row; SQLite allows 32 766 per statement). With
-/// positional `?` binds on SQLite, larger statements keep paying off; see `benches/receipts.rs`.
+/// Rows per multi-row INSERT (SQLite allows 32 766 binds per statement). With positional `?`
+/// binds on SQLite, larger statements keep paying off; see `benches/receipts.rs`.
 const ROWS_PER_INSERT: usize = 128;
+const _: () = assert!(ROWS_PER_INSERT * RECEIPT_COLUMNS.len() <= 32_766);
 
 /// Statement sizes a batch is cut into: the largest first, then smaller ones for the rest.
 /// Every distinct row count is a distinct statement to prepare and cache; cutting
@@ -85,16 +181,17 @@ fn statement_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
-/// Appends a batch in one transaction: per tenant (in id order, so concurrent writers lock
-/// heads in the same order), lock the chain head, assign `seq`/`prevHash`, seal, insert, move
-/// the head. On PostgreSQL the head row is locked (`FOR UPDATE`) so several gateway processes
-/// keep one gap-free chain per tenant. Returns how many receipts were written.
+/// Appends a batch in one transaction: lock every tenant's chain head (in tenant id order, so
+/// concurrent writers lock heads in the same order), seal the drafts after them
+/// ([`Batch::seal`]), insert the receipts and guardrail events, move spend and the heads. On
+/// PostgreSQL the head rows are locked (`FOR UPDATE`) so several gateway processes keep one
+/// gap-free chain per tenant. Returns how many receipts were written.
 ///
 /// The drafts are shared, not consumed: a failed batch is retried from the same drafts.
 pub async fn append_batch(
     store: &Store,
     drafts: impl Into<Arc<[Draft]>>,
-    signer: Arc<crate::receipts::signer::Signer>,
+    signer: Arc<Signer>,
 ) -> Result<usize, StoreError> {
     let drafts: Arc<[Draft]> = drafts.into();
     let chain = store.chain_pool();
@@ -102,10 +199,10 @@ pub async fn append_batch(
         .run(move |_, backend| async move {
             match chain {
                 ChainPool::Sqlite(pool) => {
-                    append_on::<sqlx::Sqlite>(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
+                    ChainTx::<sqlx::Sqlite>::append(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
                 }
                 ChainPool::Postgres(pool) => {
-                    append_on::<sqlx::Postgres>(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
+                    ChainTx::<sqlx::Postgres>::append(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
                 }
             }
             Ok(drafts.len())
@@ -113,52 +210,17 @@ pub async fn append_batch(
         .await
 }
 
-/// One receipt ready to insert: its draft, place in the chain and seal.
-struct Pending<'a> {
-    draft: &'a Draft,
-    seq: u64,
-    /// Its canonical bytes within the batch's one buffer.
-    canonical: Range<usize>,
-    prev_hash: Arc<str>,
-    this_hash: Arc<str>,
-    signature: [u8; 64],
-}
-
-/// Column values shared by many receipts of a batch (tenant, model, checks...), made once and
-/// bound by reference count.
-#[derive(Default)]
-struct Interned<'a> {
-    borrowed: HashMap<&'a str, Arc<str>>,
-    built: HashMap<String, Arc<str>>,
-}
-
-impl<'a> Interned<'a> {
-    fn get(&mut self, s: &'a str) -> Arc<str> {
-        self.borrowed.entry(s).or_insert_with(|| Arc::from(s)).clone()
-    }
-
-    /// The value of `bytes`, which are UTF-8 (written from strings).
-    fn get_built(&mut self, bytes: &[u8]) -> Arc<str> {
-        let s = std::str::from_utf8(bytes).unwrap_or_default();
-        if let Some(v) = self.built.get(s) {
-            return v.clone();
-        }
-        let v: Arc<str> = Arc::from(s);
-        self.built.insert(s.to_string(), v.clone());
-        v
-    }
-}
-
-async fn append_on<DB>(
-    conn: &mut DB::Connection,
+/// The append's transaction on the receipt writer's native connection, step by step.
+struct ChainTx<'c, DB: sqlx::Database> {
+    tx: sqlx::Transaction<'c, DB>,
     backend: Backend,
-    drafts: &[Draft],
-    signer: &crate::receipts::signer::Signer,
-) -> Result<(), sqlx::Error>
+}
+
+impl<'c, DB> ChainTx<'c, DB>
 where
     DB: sqlx::Database,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
     Arc<str>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     String: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
@@ -166,117 +228,97 @@ where
     &'static str: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    let begin: &'static str = match backend {
-        Backend::Sqlite => "BEGIN IMMEDIATE",
-        Backend::Postgres => "BEGIN",
-    };
-    let mut tx = sqlx::Connection::begin_with(conn, sqlx::AssertSqlSafe(begin.to_string())).await?;
-    // Per tenant in id order; a stable sort keeps each tenant's drafts in queue order.
-    let mut order: Vec<&Draft> = drafts.iter().collect();
-    order.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
-    let mut shared = Interned::default();
-    let mut canonical = Vec::with_capacity(drafts.len() * 640);
-    for group in order.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
-        let tenant = group[0].tenant_id.clone();
+    /// [`append_batch`] on one connection.
+    async fn append(
+        conn: &'c mut DB::Connection,
+        backend: Backend,
+        drafts: &[Draft],
+        signer: &Signer,
+    ) -> Result<(), sqlx::Error> {
+        let batch = Batch::new(drafts);
+        let mut tx = Self::begin(conn, backend).await?;
+        let mut heads = Vec::new();
+        for tenant in batch.tenants() {
+            heads.push(tx.lock_head(&tenant[0].tenant_id).await?);
+        }
+        let sealed = batch.seal(heads, signer);
+        tx.insert_receipts(&sealed, &signer.key_id).await?;
+        tx.insert_events(batch.drafts()).await?;
+        tx.apply_spend(batch.drafts()).await?;
+        for chain in sealed.chains() {
+            tx.set_head(chain.tenant_id, &chain.head).await?;
+        }
+        tx.commit().await
+    }
+
+    async fn begin(conn: &'c mut DB::Connection, backend: Backend) -> Result<Self, sqlx::Error> {
+        // SQLite: take the write lock now, not at the first insert after the head reads.
+        let begin: &'static str = match backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        };
+        let tx = sqlx::Connection::begin_with(conn, sqlx::AssertSqlSafe(begin.to_string())).await?;
+        Ok(ChainTx { tx, backend })
+    }
+
+    /// The tenant's chain head (created at genesis before its first receipt), locked until
+    /// commit on PostgreSQL.
+    async fn lock_head(&mut self, tenant: &Arc<str>) -> Result<Head, sqlx::Error> {
         sqlx::query::<DB>(
             "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING",
         )
         .bind(tenant.clone())
         .bind(GENESIS)
-        .execute(&mut *tx)
+        .execute(&mut *self.tx)
         .await?;
-        let head_sql: &'static str = match backend {
+        let sql: &'static str = match self.backend {
             Backend::Postgres => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1 FOR UPDATE",
             Backend::Sqlite => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1",
         };
-        let head = sqlx::query::<DB>(head_sql).bind(tenant.clone()).fetch_one(&mut *tx).await?;
-        let mut seq = head.try_get::<i64, _>(0usize)? as u64;
-        let mut prev: Arc<str> = Arc::from(head.try_get::<String, _>(1usize)?);
+        let row = sqlx::query::<DB>(sql).bind(tenant.clone()).fetch_one(&mut *self.tx).await?;
+        Ok(Head { seq: row.try_get::<i64, _>(0usize)?.max(0) as u64, hash: row.try_get::<String, _>(1usize)?.into() })
+    }
 
-        canonical.clear();
-        let mut rows = Vec::with_capacity(group.len());
-        for &draft in group {
-            seq += 1;
-            let start = canonical.len();
-            canonical::write_receipt(&draft.view(seq, &prev), &mut canonical);
-            let mut hex = [0u8; 64];
-            hex::encode_to_slice(Sha256::digest(&canonical[start..]), &mut hex).expect("32 bytes are 64 hex digits");
-            let this_hash: Arc<str> = Arc::from(std::str::from_utf8(&hex).expect("hex is ASCII"));
-            let prev_hash = std::mem::replace(&mut prev, this_hash.clone());
-            rows.push(Pending {
-                draft,
-                seq,
-                canonical: start..canonical.len(),
-                prev_hash,
-                this_hash,
-                signature: [0; 64],
-            });
-        }
-        canonical::for_each_parallel(&mut rows, |r| r.signature = signer.sign(&canonical[r.canonical.clone()]));
-
-        for chunk in statement_chunks(&rows) {
+    async fn insert_receipts(&mut self, sealed: &SealedBatch<'_>, key_id: &str) -> Result<(), sqlx::Error> {
+        let mut binder = Binder::new(key_id);
+        for chunk in statement_chunks(sealed.rows()) {
             let sql = format!(
-                "INSERT INTO receipts ({COLUMNS}, {WRITE_ONLY_COLUMNS}) VALUES {}",
-                values_list(backend, chunk.len(), RECEIPT_BINDS)
+                "INSERT INTO receipts ({}) VALUES {}",
+                *INSERT_COLUMNS,
+                values_list(self.backend, chunk.len(), RECEIPT_COLUMNS.len())
             );
             let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
-            let mut text = Vec::new();
-            for r in chunk {
-                let d = r.draft;
-                text.clear();
-                serde_json::to_writer(&mut text, &d.checks).expect("checks are plain strings");
-                let checks = shared.get_built(&text);
-                text.clear();
-                for c in &d.checks {
-                    text.push(b',');
-                    text.extend_from_slice(c.name.as_str().as_bytes());
+            for row in chunk {
+                for column in &RECEIPT_COLUMNS {
+                    q = match (column.value)(&mut binder, row) {
+                        Value::Int(v) => q.bind(v),
+                        Value::Real(v) => q.bind(v),
+                        Value::Text(v) => q.bind(v),
+                        Value::Static(v) => q.bind(v),
+                    };
                 }
-                text.push(b',');
-                let names = shared.get_built(&text);
-                let mut b64 = [0u8; 88];
-                B64.encode_slice(r.signature, &mut b64).expect("64 bytes are 88 base64 characters");
-                q = q
-                    .bind(tenant.clone())
-                    .bind(r.seq as i64)
-                    .bind(Arc::<str>::from(d.receipt_id.as_str()))
-                    .bind(1i64)
-                    .bind(Arc::<str>::from(d.request_id.as_str()))
-                    .bind(d.actor.clone())
-                    .bind(shared.get(&d.provider))
-                    .bind(shared.get(&d.model))
-                    .bind(d.prompt_tokens as i64)
-                    .bind(d.completion_tokens as i64)
-                    .bind(d.cost_usd)
-                    .bind(checks)
-                    .bind(shared.get(d.upstream_status.as_str()))
-                    .bind(Arc::<str>::from(d.ts.as_str()))
-                    .bind(r.prev_hash.clone())
-                    .bind(r.this_hash.clone())
-                    .bind(Arc::<str>::from(std::str::from_utf8(&b64).expect("base64 is ASCII")))
-                    .bind(shared.get(&signer.key_id))
-                    .bind(d.kind.as_str())
-                    .bind(shared.get(&d.pack_version))
-                    .bind(names)
-                    .bind(d.cache.result)
-                    .bind(d.cache.saved_tokens as i64)
-                    .bind(d.cache.saved_usd);
             }
-            q.execute(&mut *tx).await?;
+            q.execute(&mut *self.tx).await?;
         }
+        Ok(())
+    }
 
-        let events: Vec<(&Draft, &GuardEvent)> =
-            group.iter().flat_map(|&d| d.events.iter().map(move |e| (d, e))).collect();
+    /// Guardrail redactions and blocks, beside their receipts (categories only, never text).
+    async fn insert_events(&mut self, drafts: &[&Draft]) -> Result<(), sqlx::Error> {
+        const EVENT_COLUMNS: [&str; 10] =
+            ["id", "tenant_id", "ts", "receipt_id", "actor", "model", "check_name", "result", "category", "direction"];
+        let events: Vec<_> = drafts.iter().flat_map(|&d| d.events.iter().map(move |e| (d, e))).collect();
         for chunk in statement_chunks(&events) {
             let sql = format!(
-                "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, result, \
-                 category, direction) VALUES {}",
-                values_list(backend, chunk.len(), 10)
+                "INSERT INTO guardrail_events ({}) VALUES {}",
+                EVENT_COLUMNS.join(", "),
+                values_list(self.backend, chunk.len(), EVENT_COLUMNS.len())
             );
             let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
             for (d, e) in chunk {
                 q = q
                     .bind(uuid::Uuid::now_v7().to_string())
-                    .bind(tenant.clone())
+                    .bind(d.tenant_id.clone())
                     .bind(d.ts.clone())
                     .bind(d.receipt_id.clone())
                     .bind(d.actor.clone())
@@ -286,25 +328,82 @@ where
                     .bind(e.category.clone())
                     .bind(e.direction);
             }
-            q.execute(&mut *tx).await?;
+            q.execute(&mut *self.tx).await?;
         }
+        Ok(())
+    }
 
-        // Spend moves with its receipts: all of it lands, or none of it.
+    /// Spend moves with its receipts: all of it lands, or none of it.
+    async fn apply_spend(&mut self, drafts: &[&Draft]) -> Result<(), sqlx::Error> {
         let mut spend = super::spend::Deltas::default();
-        for d in group.iter().filter(|d| d.cost_usd != 0.0) {
+        for d in drafts.iter().filter(|d| d.cost_usd != 0.0) {
             spend.add(&d.tenant_id, &d.key_id, crate::budget::TOTAL, d.cost_usd);
             spend.add(&d.tenant_id, &d.key_id, d.ts.get(..7).unwrap_or_default(), d.cost_usd);
         }
-        super::spend::apply::<DB>(&mut tx, spend).await?;
-
-        sqlx::query::<DB>("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
-            .bind(seq as i64)
-            .bind(prev)
-            .bind(tenant)
-            .execute(&mut *tx)
-            .await?;
+        super::spend::apply::<DB>(&mut self.tx, spend).await
     }
-    tx.commit().await
+
+    async fn set_head(&mut self, tenant: &Arc<str>, head: &Head) -> Result<(), sqlx::Error> {
+        sqlx::query::<DB>("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
+            .bind(head.seq as i64)
+            .bind(head.hash.clone())
+            .bind(tenant.clone())
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+/// Makes a batch's column values. Values shared by many receipts (provider, model, checks...)
+/// are made once and bound by reference count.
+struct Binder<'a> {
+    borrowed: HashMap<&'a str, Arc<str>>,
+    built: HashMap<String, Arc<str>>,
+    text: Vec<u8>,
+    key_id: Arc<str>,
+}
+
+impl<'a> Binder<'a> {
+    fn new(key_id: &str) -> Self {
+        Binder { borrowed: HashMap::default(), built: HashMap::default(), text: Vec::new(), key_id: key_id.into() }
+    }
+
+    fn get(&mut self, s: &'a str) -> Arc<str> {
+        self.borrowed.entry(s).or_insert_with(|| Arc::from(s)).clone()
+    }
+
+    /// The `checks` column: the JSON array of `{name, result}`.
+    fn checks(&mut self, checks: &[Check]) -> Arc<str> {
+        self.text.clear();
+        serde_json::to_writer(&mut self.text, checks).expect("checks are plain strings");
+        self.get_built()
+    }
+
+    /// The `check_names` column: `,NAME1,NAME2,` for the `check` filter.
+    fn check_names(&mut self, checks: &[Check]) -> Arc<str> {
+        self.text.clear();
+        for c in checks {
+            self.text.push(b',');
+            self.text.extend_from_slice(c.name.as_str().as_bytes());
+        }
+        self.text.push(b',');
+        self.get_built()
+    }
+
+    /// The value of the text just written, which is UTF-8 (written from strings).
+    fn get_built(&mut self) -> Arc<str> {
+        let s = std::str::from_utf8(&self.text).unwrap_or_default();
+        if let Some(v) = self.built.get(s) {
+            return v.clone();
+        }
+        let v: Arc<str> = Arc::from(s);
+        self.built.insert(s.to_string(), v.clone());
+        v
+    }
 }
 
 /// Filters of the list and export endpoints (all combine with AND).
@@ -363,7 +462,7 @@ pub async fn page(
                 (None, None) => (String::new(), "DESC"),
             };
             let sql =
-                format!("SELECT {COLUMNS} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $9");
+                format!("SELECT {} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $9", *COLUMNS);
             let rows = bind_filter(sqlx::query(sqlx::AssertSqlSafe(sql)), t, f).bind(limit).fetch_all(&pool).await?;
             Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
         })
@@ -387,7 +486,8 @@ pub async fn page_with_any_check(
             let any = if any.is_empty() { "1 = 0".to_string() } else { any };
             let bound = before.map(|b| format!("AND seq < {b}")).unwrap_or_default();
             let sql = format!(
-                "SELECT {COLUMNS} FROM receipts WHERE tenant_id = $1 AND ({any}) {bound} ORDER BY seq DESC LIMIT ${}",
+                "SELECT {} FROM receipts WHERE tenant_id = $1 AND ({any}) {bound} ORDER BY seq DESC LIMIT ${}",
+                *COLUMNS,
                 likes.len() + 2
             );
             let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t);
@@ -404,7 +504,7 @@ pub async fn by_id(store: &Store, tenant_id: &str, receipt_id: &str) -> Result<O
     let (t, id) = (tenant_id.to_string(), receipt_id.to_string());
     store
         .run(move |pool, _| async move {
-            let sql = format!("SELECT {COLUMNS} FROM receipts WHERE tenant_id = $1 AND receipt_id = $2");
+            let sql = format!("SELECT {} FROM receipts WHERE tenant_id = $1 AND receipt_id = $2", *COLUMNS);
             let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&pool).await?;
             Ok(row.as_ref().map(from_row).transpose()?)
         })
@@ -423,7 +523,8 @@ pub async fn seq_range(
     store
         .run(move |pool, _| async move {
             let sql = format!(
-                "SELECT {COLUMNS} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+                "SELECT {} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+                *COLUMNS
             );
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(t)
@@ -437,57 +538,28 @@ pub async fn seq_range(
         .await
 }
 
-/// The columns of a packed page, in order: numbers are written as their decimal text and a `;`,
-/// text as its byte length, a `:` and the bytes, so no value needs escaping and none can be
-/// mistaken for a separator. `cost_usd` travels as text that converts back to the same `f64`
-/// (SQLite's `quote()` falls back to 20 digits when 15 do not round-trip; PostgreSQL prints the
-/// shortest exact form), so every recomputed hash sees the stored value.
-const PACKED: [(&str, Field); 19] = [
-    ("seq", Field::Number),
-    ("receipt_id", Field::Text),
-    ("v", Field::Number),
-    ("request_id", Field::Text),
-    ("actor", Field::Text),
-    ("provider", Field::Text),
-    ("model", Field::Text),
-    ("prompt_tokens", Field::Number),
-    ("completion_tokens", Field::Number),
-    ("cost_usd", Field::Number),
-    ("checks", Field::Text),
-    ("upstream_status", Field::Text),
-    ("ts", Field::Text),
-    ("prev_hash", Field::Text),
-    ("this_hash", Field::Text),
-    ("signature", Field::Text),
-    ("key_id", Field::Text),
-    ("kind", Field::Text),
-    ("receipt_pack_version", Field::Text),
-];
-
-#[derive(Clone, Copy)]
-enum Field {
-    Number,
-    Text,
-}
-
-/// The `concat(...)` arguments that pack one receipt.
+/// The `concat(...)` arguments that pack one receipt: the [`Read::Page`] columns in table order.
 fn packed_row(backend: Backend) -> String {
-    let parts: Vec<String> = PACKED
+    let parts: Vec<String> = RECEIPT_COLUMNS
         .iter()
-        .map(|(col, kind)| match (kind, *col, backend) {
-            (Field::Number, "cost_usd", Backend::Sqlite) => "quote(cost_usd), ';'".to_string(),
-            (Field::Number, "cost_usd", Backend::Postgres) => "cost_usd::text, ';'".to_string(),
-            (Field::Number, col, _) => format!("{col}, ';'"),
-            (Field::Text, col, _) => format!("octet_length({col}), ':', {col}"),
+        .filter_map(|c| match c.read {
+            Read::Page(field) => Some((c.name, field)),
+            _ => None,
+        })
+        .map(|(col, field)| match (field, backend) {
+            (Field::Real, Backend::Sqlite) => format!("quote({col}), ';'"),
+            (Field::Real, Backend::Postgres) => format!("{col}::text, ';'"),
+            (Field::Number, _) => format!("{col}, ';'"),
+            (Field::Text, _) => format!("octet_length({col}), ':', {col}"),
         })
         .collect();
     parts.join(", ")
 }
 
-/// The rows of [`seq_range`] packed by the database into one text value (see `PACKED`): one
-/// value back instead of one row per receipt. Per-row driver work (a channel hop between
-/// threads, the Any conversion, a copy per column) was most of a chain walk's time. Decode with
-/// [`unpack`], off the async runtime.
+/// The rows of [`seq_range`] packed by the database into one text value (the `Read::Page`
+/// columns, each as its `Field` says): one value back instead of one row per receipt.
+/// Per-row driver work (a channel hop between threads, the Any conversion, a copy per column)
+/// was most of a chain walk's time. Decode with [`unpack`], off the async runtime.
 pub async fn seq_range_packed(
     store: &Store,
     tenant_id: &str,
@@ -501,10 +573,11 @@ pub async fn seq_range_packed(
             // The aggregate takes the ordered subquery's rows as they come (no ORDER BY inside
             // it: sorting a page again would spill megabytes to temporary files); `unpack`
             // sorts a page that is ever out of order.
-            let page = "FROM (SELECT seq, receipt_id, v, request_id, actor, provider, model, prompt_tokens, \
-                        completion_tokens, cost_usd, checks, upstream_status, ts, prev_hash, this_hash, signature, \
-                        key_id, kind, receipt_pack_version FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
-                        LIMIT $4) AS r";
+            let page = format!(
+                "FROM (SELECT {} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
+                 LIMIT $4) AS r",
+                column_list(|r| matches!(r, Read::Page(_)))
+            );
             let row = packed_row(backend);
             let sql = match backend {
                 Backend::Sqlite => format!("SELECT group_concat(concat({row}), '') AS page {page}"),
@@ -555,7 +628,8 @@ impl<'a> Unpacker<'a> {
     }
 }
 
-/// Decodes a page from [`seq_range_packed`] (CPU-bound: call it on a blocking thread).
+/// Decodes a page from [`seq_range_packed`] (CPU-bound: call it on a blocking thread). Reads
+/// the values in `RECEIPT_COLUMNS` order; a unit test round-trips a page through SQLite.
 pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreError> {
     let mut u = Unpacker { page, at: 0 };
     // A page holds few distinct check lists: parse each once.
@@ -725,5 +799,119 @@ mod tests {
         }
         let sizes: Vec<usize> = statement_chunks(&[0u8; 300]).map(<[u8]>::len).collect();
         assert_eq!(sizes, [128, 128, 32, 8, 1, 1, 1, 1]);
+    }
+
+    fn draft(tenant: &str, i: usize) -> Draft {
+        use crate::receipts::{CacheSide, GuardEvent, Kind};
+        let mut checks = vec![Check { name: "UPSTREAM".into(), result: "PASS".into() }];
+        let mut events = Vec::new();
+        if i.is_multiple_of(3) {
+            checks.insert(0, Check { name: "GUARDRAIL".into(), result: "REDACT".into() });
+            events.push(GuardEvent { category: "email".into(), result: "REDACT", direction: "request" });
+        }
+        Draft {
+            tenant_id: tenant.into(),
+            receipt_id: uuid::Uuid::now_v7().to_string(),
+            request_id: format!("req-{i}"),
+            actor: format!("actor-{}", i % 4).into(),
+            provider: "openai".into(),
+            model: if i.is_multiple_of(2) { "gpt-4o-mini" } else { "gpt-4o" }.into(),
+            prompt_tokens: 100 + i as u64,
+            completion_tokens: i as u64,
+            // 0.1 + 0.2 needs 17 digits to round-trip: the packed page must carry all of them.
+            cost_usd: if i.is_multiple_of(5) { 0.0 } else { 0.1 + 0.2 },
+            checks,
+            upstream_status: crate::receipts::UpstreamStatus::Ok,
+            ts: "2026-11-22 19:42:57.049".into(),
+            kind: if i.is_multiple_of(7) { Kind::ToolCall } else { Kind::ModelCall },
+            pack_version: if i.is_multiple_of(2) { "soc2@1".into() } else { String::new() },
+            cache: CacheSide { result: "HIT", saved_tokens: i as u64, saved_usd: 0.25 },
+            events,
+            key_id: "key-1".into(),
+        }
+    }
+
+    /// The one column table drives the insert, the row selects and the packed pages: a receipt
+    /// appended in two batches reads back equal to what sealing the drafts gives, both ways.
+    #[test]
+    fn appended_receipts_read_back_as_sealed_through_rows_and_packed_pages() {
+        let dir = std::env::temp_dir().join(format!("tollgate-receipts-{}", uuid::Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}", dir.join("r.db").display());
+        super::super::db_runtime().block_on(async {
+            let store = Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            let signer = Arc::new(Signer::from_seed(&[7u8; 32]));
+            let tenant = |i: usize| if i.is_multiple_of(4) { "tenant-b" } else { "tenant-a" };
+            let first: Vec<Draft> = (0..5).map(|i| draft(tenant(i), i)).collect();
+            // Over 128 rows of one tenant: several INSERT statements.
+            let second: Vec<Draft> = (5..300).map(|i| draft(tenant(i), i)).collect();
+            assert_eq!(append_batch(&store, first.clone(), signer.clone()).await.unwrap(), 5);
+            assert_eq!(append_batch(&store, second.clone(), signer.clone()).await.unwrap(), 295);
+
+            // Sealing is deterministic: the two batches give what one batch from genesis gives.
+            let all: Vec<Draft> = first.into_iter().chain(second).collect();
+            let batch = Batch::new(&all);
+            let expected = batch.seal(vec![Head::genesis(), Head::genesis()], &signer);
+            for chain in expected.chains() {
+                let t: &str = chain.tenant_id;
+                let rows = seq_range(&store, t, 1, 1000, 1000).await.unwrap();
+                let packed = seq_range_packed(&store, t, 1, 1000, 1000).await.unwrap();
+                assert_eq!(unpack(t, &packed).unwrap(), rows, "a packed page reads as the rows do");
+                let sealed = &expected.rows()[chain.rows.clone()];
+                assert_eq!(rows.len(), sealed.len());
+                for (stored, row) in rows.iter().zip(sealed) {
+                    let bytes = crate::receipts::canonical::receipt_bytes(&stored.receipt);
+                    let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+                    assert_eq!(text(&bytes), text(expected.canonical(row)), "seq {}", row.seq);
+                    assert_eq!(stored.this_hash, *row.this_hash);
+                    assert_eq!(stored.signature, *signature_b64(&row.signature));
+                    assert_eq!(stored.key_id, signer.key_id);
+                    assert_eq!(stored.kind, row.draft.kind.as_str());
+                    assert_eq!(stored.pack_version, row.draft.pack_version);
+                    assert_eq!(by_id(&store, t, &row.draft.receipt_id).await.unwrap().as_ref(), Some(stored));
+                }
+                assert_eq!(head_seq(&store, t).await.unwrap(), chain.head.seq);
+                assert_eq!(hash_at(&store, t, chain.head.seq).await.unwrap().as_deref(), Some(&*chain.head.hash));
+                let report = crate::receipts::chain::verify(&store, t, 1, chain.head.seq).await.unwrap();
+                assert!(report.ok && report.count == chain.head.seq, "{report:?}");
+
+                // The write-only columns: the `check` filter, guardrail events, the cache side.
+                let guarded =
+                    sealed.iter().filter(|r| r.draft.checks.iter().any(|c| c.name.as_str() == "GUARDRAIL")).count();
+                let filter = Filter { check: Some("GUARDRAIL".into()), ..Filter::default() };
+                assert_eq!(page(&store, t, &filter, None, None, 1000).await.unwrap().len(), guarded);
+                let (tt, rid) = (t.to_string(), sealed[0].draft.receipt_id.clone());
+                let (events, cache) = store
+                    .run(move |pool, _| async move {
+                        let events = sqlx::query("SELECT COUNT(*) FROM guardrail_events WHERE tenant_id = $1")
+                            .bind(tt)
+                            .fetch_one(&pool)
+                            .await?
+                            .get::<i64, _>(0);
+                        let r = sqlx::query(
+                            "SELECT cache_result, saved_tokens, saved_usd FROM receipts WHERE receipt_id = $1",
+                        )
+                        .bind(rid)
+                        .fetch_one(&pool)
+                        .await?;
+                        let cache = (r.get::<String, _>(0), r.get::<i64, _>(1), r.get::<f64, _>(2));
+                        Ok((events, cache))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(events as usize, guarded);
+                let d = sealed[0].draft;
+                assert_eq!(cache, (d.cache.result.to_string(), d.cache.saved_tokens as i64, d.cache.saved_usd));
+            }
+
+            // Spend moved with the receipts, per key and period.
+            let spend = super::super::spend::current(&store, &["total".to_string()]).await.unwrap();
+            for chain in expected.chains() {
+                let want: f64 = expected.rows()[chain.rows.clone()].iter().map(|r| r.draft.cost_usd).sum();
+                let got: f64 = spend.iter().filter(|s| *s.tenant_id == **chain.tenant_id).map(|s| s.cost_usd).sum();
+                assert!((want - got).abs() < 1e-9 && want > 0.0, "{}: {want} vs {got}", chain.tenant_id);
+            }
+        });
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
