@@ -241,7 +241,8 @@ fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
         assert_eq!(r.status, 503);
         assert_eq!(r.json()["type"], "error", "Anthropic-shaped");
 
-        let (_, text) = stream_whole(&g, &g.key, "/v1/chat/completions", &body("gpt-4o-mini", true));
+        let (headers, text) = stream_whole(&g, &g.key, "/v1/chat/completions", &body("gpt-4o-mini", true));
+        let withheld_stream = header(&headers, "x-tollgate-receipt-id").to_string();
         assert!(text.contains("\"Hello\""), "earlier events went out as they came: {text}");
         assert!(!text.contains("[DONE]"), "no clean ending: {text}");
         let last = text.trim_end().rsplit("\n\n").next().unwrap();
@@ -258,5 +259,13 @@ fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
         }
         let report = g.mgmt("GET", &format!("/v1/receipts/{}/verify-chain", newest_id(&g)), Some(&g.key), None);
         assert_eq!(report.json()["ok"], true, "{}", report.text());
+        // The withheld answers' receipts were abandoned (rolled back, not committed later), and
+        // nothing was billed for them.
+        assert_eq!(g.newest_seq(&g.key), 2, "{b:?}: only the two clean answers have receipts");
+        let r = g.mgmt("GET", &format!("/v1/receipts/{withheld_stream}"), Some(&g.key), None);
+        assert_eq!(r.status, 404);
+        let spent = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json()["data"][0]["spentUsd"].as_f64().unwrap();
+        let cost = g.receipt_of(&before)["costUsd"].as_f64().unwrap() * 2.0;
+        assert!((spent - cost).abs() < 1e-12, "{b:?}: spent {spent}, the two clean answers cost {cost}");
     }
 }

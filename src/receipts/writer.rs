@@ -164,7 +164,8 @@ impl ReceiptWriter {
         loop {
             let n = drafts.len();
             let started = Instant::now();
-            let attempt = store::receipts::append_batch(&self.store, drafts.clone(), self.signer.clone());
+            // On this task, not spawned: a timed-out attempt is dropped and rolled back.
+            let attempt = store::receipts::append_batch_here(&self.store, &drafts, &self.signer);
             let err = match tokio::time::timeout_at(deadline.into(), attempt).await {
                 Ok(Ok(_)) => {
                     METRICS.receipt_write_seconds.observe(started.elapsed().as_secs_f64());

@@ -194,20 +194,24 @@ pub async fn append_batch(
     signer: Arc<Signer>,
 ) -> Result<usize, StoreError> {
     let drafts: Arc<[Draft]> = drafts.into();
-    let chain = store.chain_pool();
-    store
-        .run(move |_, backend| async move {
-            match chain {
-                ChainPool::Sqlite(pool) => {
-                    ChainTx::<sqlx::Sqlite>::append(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
-                }
-                ChainPool::Postgres(pool) => {
-                    ChainTx::<sqlx::Postgres>::append(&mut *pool.acquire().await?, backend, &drafts, &signer).await?
-                }
-            }
-            Ok(drafts.len())
-        })
-        .await
+    let here = store.clone();
+    store.run(move |_, _| async move { append_batch_here(&here, &drafts, &signer).await }).await
+}
+
+/// [`append_batch`] on the calling task, which must run on the database runtime (the receipt
+/// writer does). Unlike a spawned task, dropping this future (the writer's commit timeout)
+/// abandons the transaction: it is rolled back, not committed later behind the writer's back.
+pub async fn append_batch_here(store: &Store, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
+    let backend = store.backend();
+    match store.chain_pool() {
+        ChainPool::Sqlite(pool) => {
+            ChainTx::<sqlx::Sqlite>::append(&mut *pool.acquire().await?, backend, drafts, signer).await?
+        }
+        ChainPool::Postgres(pool) => {
+            ChainTx::<sqlx::Postgres>::append(&mut *pool.acquire().await?, backend, drafts, signer).await?
+        }
+    }
+    Ok(drafts.len())
 }
 
 /// The append's transaction on the receipt writer's native connection, step by step.
