@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{backends, http, Gateway, Standin};
+use support::{backends, http, Backend, Gateway, Standin};
 
 fn body(model: &str, stream: bool) -> Vec<u8> {
     json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).to_string().into_bytes()
@@ -267,5 +267,22 @@ fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
         let spent = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json()["data"][0]["spentUsd"].as_f64().unwrap();
         let cost = g.receipt_of(&before)["costUsd"].as_f64().unwrap() * 2.0;
         assert!((spent - cost).abs() < 1e-12, "{b:?}: spent {spent}, the two clean answers cost {cost}");
+    }
+}
+
+#[test]
+fn the_after_answer_opt_out_still_writes_every_receipt() {
+    let (g, _up) = support::with_standin(&Backend::Sqlite, &[("TOLLGATE_RECEIPTS_COMMIT", "after_answer")]);
+    let ids: Vec<String> = (0..20)
+        .map(|_| {
+            let r = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+            assert_eq!(r.status, 200);
+            r.header("x-tollgate-receipt-id").unwrap().to_string()
+        })
+        .collect();
+    // The receipts follow the answers: wait for them (bounded), then each is there.
+    assert_eq!(g.wait_receipts(&g.key, 20), 20);
+    for id in &ids {
+        g.receipt(id);
     }
 }
