@@ -249,6 +249,14 @@ impl Gateway {
         (t, key)
     }
 
+    /// A new key of the tenant, made with the manager key: `(id, key)`.
+    pub fn create_key(&self, label: &str) -> (String, String) {
+        let r = self.mgmt("POST", "/v1/keys", Some(&self.key), Some(&serde_json::json!({ "label": label })));
+        assert_eq!(r.status, 201, "{}", r.text());
+        let v = r.json();
+        (v["id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
+    }
+
     pub fn mgmt(&self, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
         let auth = key.map(|k| format!("Bearer {k}"));
         let mut h: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];

@@ -1,0 +1,118 @@
+# Sourced (not run) by scripts/run, scripts/test and .ci/run: installs what the build and the
+# tests need when it is missing, so the README's commands work on a fresh machine. The one place
+# that knows these tools; the callers only call ensure_build_tools / ensure_python_venv.
+#
+# Why cmake at all: pingora-core depends on flate2 with its `zlib-ng` feature, and libz-ng-sys
+# (zlib-ng's native API) has one build script, which drives cmake. Cargo cannot switch a feature
+# a dependency turns on, and no other backend offers that API (docs/decisions.md, "cmake").
+#
+# Where cmake comes from, first that works:
+#   1. a `cmake` already on PATH;
+#   2. the one this script put in .tools/ on an earlier run (the PyPI wheel in a venv);
+#   3. Debian packages (`apt-get install cmake`) when running as root or with password-less sudo;
+#   4. the `cmake` PyPI wheel into a venv in .tools/ (no root needed; python3 with venv), then
+#      put on PATH for this run. A machine without `make` gets the `ninja` wheel too.
+#
+#   TOLLGATE_SETUP_APT=0       never use apt-get (a root shell without a reachable mirror)
+#   TOLLGATE_TOOLS_DIR=PATH    where the venv of step 4 lives (default: .tools in the repository)
+
+TOLLGATE_TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-$PWD/.tools}"
+_setup_apt_updated=""
+
+_setup_say() { echo "setup: $*" >&2; }
+
+# Runs a command as root: directly when root, else through sudo when it needs no password.
+setup_as_root() {
+  if [ "$(id -u)" = 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo -n "$@"
+  else
+    return 1
+  fi
+}
+
+# apt-get install when allowed and possible; returns non-zero (quietly) otherwise.
+_setup_apt_install() {
+  [ "${TOLLGATE_SETUP_APT:-1}" != 0 ] && command -v apt-get >/dev/null || return 1
+  setup_as_root true 2>/dev/null || return 1
+  _setup_say "installing $* from the Debian packages"
+  if [ -z "$_setup_apt_updated" ]; then
+    setup_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+    _setup_apt_updated=1
+  fi
+  setup_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# Puts the tools venv on PATH for this process and the ones it starts (cargo's build scripts).
+_setup_use_tools() {
+  case ":$PATH:" in
+    *":$TOLLGATE_TOOLS_DIR/bin:"*) ;;
+    *) export PATH="$TOLLGATE_TOOLS_DIR/bin:$PATH" ;;
+  esac
+  # The cmake crate uses cmake's default generator (Unix Makefiles) unless told otherwise.
+  if ! command -v make >/dev/null && [ -x "$TOLLGATE_TOOLS_DIR/bin/ninja" ]; then
+    export CMAKE_GENERATOR=Ninja
+  fi
+}
+
+_setup_pip_cmake() {
+  local wheels=("cmake>=3.14,<5")
+  command -v make >/dev/null || wheels+=(ninja)
+  _setup_say "installing ${wheels[*]} from PyPI into $TOLLGATE_TOOLS_DIR"
+  if ! command -v python3 >/dev/null; then
+    _setup_say "no python3: install cmake yourself (apt-get install cmake), or python3 with venv"
+    return 1
+  fi
+  if ! { [ -x "$TOLLGATE_TOOLS_DIR/bin/pip" ] || python3 -m venv "$TOLLGATE_TOOLS_DIR"; }; then
+    _setup_say "python3 -m venv failed (Debian: apt-get install python3-venv); or install cmake yourself"
+    return 1
+  fi
+  "$TOLLGATE_TOOLS_DIR/bin/pip" install --quiet --disable-pip-version-check "${wheels[@]}" || return 1
+  _setup_use_tools
+}
+
+ensure_cmake() {
+  command -v cmake >/dev/null && return 0
+  if [ -x "$TOLLGATE_TOOLS_DIR/bin/cmake" ]; then
+    _setup_use_tools
+    return 0
+  fi
+  _setup_say "cmake not found (Pingora's zlib-ng build needs it)"
+  if _setup_apt_install cmake make && command -v cmake >/dev/null; then
+    return 0
+  fi
+  _setup_pip_cmake && command -v cmake >/dev/null && return 0
+  _setup_say "could not provide cmake; install it (apt-get install cmake, or pip install cmake) and retry"
+  return 1
+}
+
+# Rust links through the system C compiler, and the C parts of the build (zlib-ng, SQLite,
+# AWS-LC) compile with it.
+ensure_cc() {
+  command -v cc >/dev/null && return 0
+  _setup_apt_install gcc libc6-dev && command -v cc >/dev/null && return 0
+  _setup_say "no C compiler (cc): install gcc (Debian: apt-get install gcc libc6-dev) and retry"
+  return 1
+}
+
+ensure_cargo() {
+  command -v cargo >/dev/null && return 0
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+    return 0
+  fi
+  _setup_say "no Rust toolchain: install it with rustup (https://rustup.rs), then retry"
+  return 1
+}
+
+ensure_build_tools() {
+  ensure_cargo && ensure_cc && ensure_cmake
+}
+
+# The SDK test suite makes a venv in .venv; Debian splits venv/ensurepip into python3-venv.
+# Without root this only reports: scripts/test then skips the SDK tests unless they are required.
+ensure_python_venv() {
+  python3 -c 'import venv, ensurepip' 2>/dev/null && return 0
+  _setup_apt_install python3-venv || _setup_say "python3 venv support missing (Debian: apt-get install python3-venv)"
+}
