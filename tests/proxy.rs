@@ -209,6 +209,12 @@ fn body_limit_upstream_failure_and_timeout() {
     assert_eq!(r.json()["type"], "error");
     assert_eq!(r.json()["error"]["type"], "not_configured");
     assert_eq!(g.metric_eventually("tollgate_requests_total", &["status=\"504\""], 1.0), 1.0);
+    // The receipts' UPSTREAM results are counted: the 5xx, the 4xx and the refused connection.
+    let upstream = |result: &str| {
+        let labels = ["check=\"UPSTREAM\"", &format!("result=\"{result}\"")];
+        g.metric("tollgate_checks_total", &labels)
+    };
+    assert_eq!((upstream("FAIL"), upstream("TIMEOUT")), (3.0, 1.0));
 }
 
 #[test]

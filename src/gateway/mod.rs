@@ -379,11 +379,16 @@ impl Gateway {
         sent.map(|()| true)
     }
 
-    /// What this request adds to the counters: its checks, tokens, cost and cache savings.
+    /// What this request adds to the counters: its checks (UPSTREAM too), tokens, cost and cache
+    /// savings.
     /// Recorded before the receipt takes the request's model and checks.
     fn record_metrics(&self, ctx: &Ctx) {
         for (name, result) in ctx.cx.checks.iter().chain(&ctx.cx.response_checks).filter_map(Check::known) {
             metrics::local::check(name, result);
+        }
+        if ctx.key.is_some() {
+            // The receipt's UPSTREAM check, counted like the others.
+            metrics::local::check(receipts::CheckName::Upstream, ctx.upstream.status().check_result());
         }
         if let Some(saved) = ctx.cx.saved {
             METRICS.cache_saved_usd.with_label_values(&[&ctx.model]).inc_by(saved.usd);
