@@ -150,7 +150,7 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
     // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
-    writer.spawn();
+    writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
     server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));
     server.add_service(background_service("snapshot refresh", Refresher { app }));
     Ok(server)

@@ -125,32 +125,75 @@ pub fn channel(store: Store, signer: Arc<Signer>, commit_timeout: Duration) -> (
     (ReceiptQueue { tx, stats: stats.clone() }, ReceiptWriter { rx, store, signer, stats, commit_timeout })
 }
 
+/// One batch taken from the queue.
+struct Taken {
+    drafts: Arc<[Draft]>,
+    waiters: Vec<Option<Waiter>>,
+    oldest: Instant,
+}
+
 impl ReceiptWriter {
-    /// Starts the writer on the database runtime; it runs until every queue handle is dropped.
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
-        store::db_runtime().spawn(self.run())
+    /// Starts the writer; it runs until every queue handle is dropped. On SQLite it is a thread
+    /// of its own with its own connection (the whole append runs there, statement after
+    /// statement), plus a thread that checkpoints the WAL in the background; on PostgreSQL a
+    /// task on the database runtime.
+    pub fn spawn(self) -> std::io::Result<()> {
+        let Some(file) = self.store.sqlite_file().map(std::path::Path::to_path_buf) else {
+            store::db_runtime().spawn(self.run());
+            return Ok(());
+        };
+        let mut appender = store::receipts::SqliteAppender::open(&file, self.commit_timeout)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        std::thread::Builder::new().name("tollgate-receipts".into()).spawn(move || self.run_sqlite(&mut appender))?;
+        std::thread::Builder::new().name("tollgate-checkpoint".into()).spawn(move || checkpoints(&file))?;
+        Ok(())
+    }
+
+    /// Everything queued behind `first`, up to [`MAX_BATCH`].
+    fn take(&mut self, first: Item) -> Taken {
+        let mut items = vec![first];
+        while items.len() < MAX_BATCH {
+            match self.rx.try_recv() {
+                Ok(item) => items.push(item),
+                Err(_) => break,
+            }
+        }
+        let oldest = items.iter().map(|i| i.queued).min().unwrap_or_else(Instant::now);
+        let mut waiters = Vec::with_capacity(items.len());
+        let drafts = items
+            .into_iter()
+            .map(|i| {
+                waiters.push(i.waiter);
+                i.draft
+            })
+            .collect();
+        Taken { drafts, waiters, oldest }
     }
 
     async fn run(mut self) {
-        let mut items: Vec<Item> = Vec::with_capacity(64);
         while let Some(first) = self.rx.recv().await {
-            items.push(first);
-            while items.len() < MAX_BATCH {
-                match self.rx.try_recv() {
-                    Ok(item) => items.push(item),
-                    Err(_) => break,
+            let batch = self.take(first);
+            self.write(batch).await;
+        }
+        log::info!("receipt writer stopped: {} written", self.stats.written.load(Ordering::Relaxed));
+    }
+
+    fn run_sqlite(mut self, appender: &mut store::receipts::SqliteAppender) {
+        while let Some(first) = self.rx.blocking_recv() {
+            let mut batch = self.take(first);
+            let mut retry = Retry::new(self.commit_timeout);
+            loop {
+                let started = Instant::now();
+                // A lock held elsewhere fails the attempt after the commit timeout (busy_timeout).
+                let err = match appender.append(&batch.drafts, &self.signer) {
+                    Ok(_) => break self.committed(batch, started),
+                    Err(e) => e.to_string(),
+                };
+                match self.failed(&mut batch, &mut retry, &err) {
+                    Some(pause) => std::thread::sleep(pause),
+                    None => break,
                 }
             }
-            let oldest = items.iter().map(|i| i.queued).min().unwrap_or_else(Instant::now);
-            let mut waiters = Vec::with_capacity(items.len());
-            let drafts: Arc<[Draft]> = items
-                .drain(..)
-                .map(|i| {
-                    waiters.push(i.waiter);
-                    i.draft
-                })
-                .collect();
-            self.write(drafts, waiters, oldest).await;
         }
         log::info!("receipt writer stopped: {} written", self.stats.written.load(Ordering::Relaxed));
     }
@@ -158,43 +201,54 @@ impl ReceiptWriter {
     /// Commits one batch, retrying with backoff until the commit timeout; then gives up the
     /// drafts whose requests wait (they answer without a clean ending) and keeps retrying the
     /// others, whose answers have already gone.
-    async fn write(&self, mut drafts: Arc<[Draft]>, mut waiters: Vec<Option<Waiter>>, oldest: Instant) {
-        let mut deadline = Instant::now() + self.commit_timeout;
-        let mut backoff = Duration::from_millis(20);
+    async fn write(&self, mut batch: Taken) {
+        let mut retry = Retry::new(self.commit_timeout);
         loop {
-            let n = drafts.len();
             let started = Instant::now();
             // On this task, not spawned: a timed-out attempt is dropped and rolled back.
-            let attempt = store::receipts::append_batch_here(&self.store, &drafts, &self.signer);
-            let err = match tokio::time::timeout_at(deadline.into(), attempt).await {
-                Ok(Ok(_)) => {
-                    METRICS.receipt_write_seconds.observe(started.elapsed().as_secs_f64());
-                    METRICS.receipt_batch_size.observe(n as f64);
-                    METRICS.receipts_written.inc_by(n as u64);
-                    self.done(n);
-                    self.stats.written.fetch_add(n as u64, Ordering::Relaxed);
-                    self.stats.lag_ms.store(oldest.elapsed().as_millis() as i64, Ordering::Relaxed);
-                    self.stats.failing.store(0, Ordering::Relaxed);
-                    for w in waiters.into_iter().flatten() {
-                        let _ = w.send(Ok(()));
-                    }
-                    return;
-                }
+            let attempt = store::receipts::append_batch_here(&self.store, &batch.drafts, &self.signer);
+            let err = match tokio::time::timeout_at(retry.deadline.into(), attempt).await {
+                Ok(Ok(_)) => return self.committed(batch, started),
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "timed out".to_string(),
             };
-            let attempts = self.stats.failing.fetch_add(1, Ordering::Relaxed) + 1;
-            log::error!("receipt batch of {n} failed (attempt {attempts}): {err}");
-            if Instant::now() + backoff >= deadline {
-                (drafts, waiters) = self.give_up_waiting(&drafts, waiters, &err);
-                if drafts.is_empty() {
-                    return;
-                }
-                deadline = Instant::now() + self.commit_timeout;
+            match self.failed(&mut batch, &mut retry, &err) {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => return,
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
+    }
+
+    fn committed(&self, batch: Taken, started: Instant) {
+        let n = batch.drafts.len();
+        METRICS.receipt_write_seconds.observe(started.elapsed().as_secs_f64());
+        METRICS.receipt_batch_size.observe(n as f64);
+        METRICS.receipts_written.inc_by(n as u64);
+        self.done(n);
+        self.stats.written.fetch_add(n as u64, Ordering::Relaxed);
+        self.stats.lag_ms.store(batch.oldest.elapsed().as_millis() as i64, Ordering::Relaxed);
+        self.stats.failing.store(0, Ordering::Relaxed);
+        for w in batch.waiters.into_iter().flatten() {
+            let _ = w.send(Ok(()));
+        }
+    }
+
+    /// After a failed attempt: how long to pause before the next one, or None when nothing is
+    /// left to retry (every draft had a waiting request, and they have been told).
+    fn failed(&self, batch: &mut Taken, retry: &mut Retry, err: &str) -> Option<Duration> {
+        let attempts = self.stats.failing.fetch_add(1, Ordering::Relaxed) + 1;
+        log::error!("receipt batch of {} failed (attempt {attempts}): {err}", batch.drafts.len());
+        if Instant::now() + retry.backoff >= retry.deadline {
+            let waiters = std::mem::take(&mut batch.waiters);
+            (batch.drafts, batch.waiters) = self.give_up_waiting(&batch.drafts, waiters, err);
+            if batch.drafts.is_empty() {
+                return None;
+            }
+            retry.deadline = Instant::now() + self.commit_timeout;
+        }
+        let pause = retry.backoff;
+        retry.backoff = (retry.backoff * 2).min(Duration::from_secs(2));
+        Some(pause)
     }
 
     /// Tells every waiting request that its receipt was not committed and drops its draft: its
@@ -230,6 +284,36 @@ impl ReceiptWriter {
     fn done(&self, n: usize) {
         METRICS.receipt_queue_depth.sub(n as i64);
         self.stats.depth.fetch_sub(n as i64, Ordering::Relaxed);
+    }
+}
+
+/// The retry schedule of one batch.
+struct Retry {
+    deadline: Instant,
+    backoff: Duration,
+}
+
+impl Retry {
+    fn new(timeout: Duration) -> Retry {
+        Retry { deadline: Instant::now() + timeout, backoff: Duration::from_millis(20) }
+    }
+}
+
+/// Every second, a passive checkpoint of the WAL on a connection of its own (the writer's never
+/// checkpoints: `SqliteAppender::open`). Runs for the life of the process.
+fn checkpoints(file: &std::path::Path) {
+    let conn = match rusqlite::Connection::open(file) {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("WAL checkpointer: cannot open {}: {e}", file.display());
+            return;
+        }
+    };
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        if let Err(e) = store::receipts::checkpoint_passive(&conn) {
+            log::warn!("WAL checkpoint failed: {e}");
+        }
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Store {
     pool: AnyPool,
     backend: Backend,
     chain: ChainPool,
+    /// The SQLite database file (None on PostgreSQL), for the receipt writer's own connection.
+    sqlite_file: Option<std::path::PathBuf>,
 }
 
 /// The native pool the receipt writer appends through (one connection on SQLite, where there
@@ -141,6 +143,7 @@ impl Store {
             });
         let unavailable = |e: sqlx::Error| StoreError::Unavailable(redact_url(&url, &e.to_string()));
         let pool = opts.connect(&url).await.map_err(unavailable)?;
+        let mut sqlite_file = None;
         let chain = match backend {
             Backend::Sqlite => {
                 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -151,6 +154,7 @@ impl Store {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(10))
                     .foreign_keys(true);
+                sqlite_file = Some(options.get_filename().to_path_buf());
                 let pool = SqlitePoolOptions::new()
                     .max_connections(1)
                     .acquire_timeout(Duration::from_secs(5))
@@ -169,11 +173,16 @@ impl Store {
                 ChainPool::Postgres(pool)
             }
         };
-        Ok(Store { pool, backend, chain })
+        Ok(Store { pool, backend, chain, sqlite_file })
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// The SQLite database file (None on PostgreSQL).
+    pub fn sqlite_file(&self) -> Option<&std::path::Path> {
+        self.sqlite_file.as_deref()
     }
 
     /// The receipt writer's pool (see [`ChainPool`]).

@@ -23,6 +23,11 @@ pub struct SpendRow {
 pub struct Deltas<'a>(BTreeMap<(&'a str, &'a str, &'a str), f64>);
 
 impl<'a> Deltas<'a> {
+    /// The summed rows, in key order (the order writers lock them in).
+    pub fn rows(&self) -> impl Iterator<Item = (&(&'a str, &'a str, &'a str), &f64)> {
+        self.0.iter()
+    }
+
     pub fn add(&mut self, tenant: &'a str, key_id: &'a str, period: &'a str, cost: f64) {
         if cost.is_finite() && cost != 0.0 {
             *self.0.entry((tenant, key_id, period)).or_default() += cost;
