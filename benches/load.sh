@@ -6,12 +6,26 @@
 # It prints req/s, p50 and p99 per target and the ratios; the headline is Tollgate vs bare
 # Pingora, i.e. what Tollgate's own logic costs on top of Pingora. See benches/README.md.
 #
+# Three kinds of run, all in the same run of the script when asked for:
+#   flat out     wrk, closed loop, CONC connections (the default): throughput and CPU per request
+#   single-client  MODE=tail (or CONC=1): wrk -t1 -c1, the latency of one request at a time
+#   fixed rate   RATES="500 3000": oha, open loop at each rate: the latency added at a given load
+#
 # Everything runs on 127.0.0.1 and every process it starts is stopped on exit.
 #
 # Settings (environment):
 #   TARGETS="direct bare tollgate"  which targets to run, in this order
 #   CONC=32  DURATION=10s  WARMUP=2s  connections, measured run and warm-up per target
+#                       (CONC=1: one wrk thread, one connection: the single-client latency)
 #   ROUNDS=1            repeat all targets N times (interleaved); the table shows medians
+#   MODE=tail           the single-client preset: CONC=1 and ROUNDS=3 unless set
+#   RATES="500 3000"    also run every target open loop at each fixed request rate (oha -q RATE
+#                       --latency-correction) after its flat-out runs, and report p50/p99/p99.9
+#                       per target and what Tollgate adds over bare Pingora at each rate
+#   RATE_CONC=32        connections oha spreads a fixed-rate run over
+#   FLAT=0              with RATES: skip the flat-out (wrk) runs
+#   OHA=PATH            the oha binary; by default oha on PATH, else .bench-tools/bin/oha, which
+#                       the script installs itself (cargo install oha --locked, once) when missing
 #   BARE_THREADS=2      bare Pingora worker threads (2 = Tollgate's default server.threads)
 #   TOLLGATE_LOG=warn   Tollgate's log filter during the run
 #   STANDIN_PORT=18091 BARE_PORT=18092 TG_GATEWAY_PORT=18093 TG_MANAGEMENT_PORT=18094 TG_METRICS_PORT=18095
@@ -32,11 +46,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HOST=127.0.0.1
+MODE=${MODE:-flat}
+case "$MODE" in
+  flat) ;;
+  tail)
+    CONC=${CONC:-1}
+    ROUNDS=${ROUNDS:-3}
+    ;;
+  *)
+    echo "load.sh: unknown MODE '$MODE' (use flat or tail)" >&2
+    exit 1
+    ;;
+esac
 TARGETS=${TARGETS:-"direct bare tollgate"}
 CONC=${CONC:-32}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 ROUNDS=${ROUNDS:-1}
+RATES=${RATES:-}
+RATE_CONC=${RATE_CONC:-32}
+FLAT=${FLAT:-1}
+OHA_VERSION=1.16.0
 BARE_THREADS=${BARE_THREADS:-2}
 STANDIN_PORT=${STANDIN_PORT:-18091}
 BARE_PORT=${BARE_PORT:-18092}
@@ -60,7 +90,12 @@ for t in $TARGETS; do
   case "$t" in direct | bare | tollgate) ;; *) die "unknown target '$t' in TARGETS (use direct, bare, tollgate)" ;; esac
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
-[[ "$CONC" =~ ^[1-9][0-9]*$ ]] && [ "$CONC" -ge 2 ] || die "CONC must be an integer >= 2 (wrk -t2 needs a connection per thread)"
+[[ "$CONC" =~ ^[1-9][0-9]*$ ]] || die "CONC must be a positive integer"
+[[ "$RATE_CONC" =~ ^[1-9][0-9]*$ ]] || die "RATE_CONC must be a positive integer"
+for q in $RATES; do [[ "$q" =~ ^[1-9][0-9]*$ ]] || die "bad rate '$q' in RATES (requests per second, e.g. RATES=\"500 3000\")"; done
+[ "$FLAT" = 1 ] || [ -n "$RATES" ] || die "FLAT=0 leaves nothing to run without RATES"
+# Two wrk threads (one cannot saturate even `direct`), except for a single connection.
+WRK_THREADS=$((CONC >= 2 ? 2 : 1))
 
 # wrk durations: 10s, 2m, 1h or plain seconds. Used to bound each wrk run with `timeout`.
 dur_secs() {
@@ -83,6 +118,20 @@ if ! command -v wrk >/dev/null; then
     apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }
   else
     die "wrk is not installed; install it (e.g. sudo apt-get install -y wrk) and run again"
+  fi
+fi
+# oha (open-loop load with latency correction) only for RATES; built from crates.io into
+# .bench-tools/ (git-ignored) the first time, so nothing is installed system-wide.
+if [ -n "$RATES" ]; then
+  command -v python3 >/dev/null || die "python3 is required with RATES (it reads oha's JSON)"
+  if [ -z "${OHA:-}" ]; then
+    OHA=$(command -v oha || echo "$PWD/.bench-tools/bin/oha")
+  fi
+  if [ ! -x "$OHA" ]; then
+    [ "$OHA" = "$PWD/.bench-tools/bin/oha" ] || die "OHA=$OHA is not an executable"
+    echo "load.sh: installing oha $OHA_VERSION into .bench-tools/ (cargo install, once; takes a few minutes)"
+    cargo install oha --version "$OHA_VERSION" --locked --root "$PWD/.bench-tools" --quiet \
+      || die "could not install oha (cargo install oha --locked)"
   fi
 fi
 
@@ -233,34 +282,43 @@ fi
 for t in $TARGETS; do check_chat "$t" "${URL[$t]}"; done
 
 # ---- load -----------------------------------------------------------------------------------
-# parse_wrk FILE -> "rps p50_ms p99_ms non2xx socket_errors requests"
+# parse_wrk FILE -> "rps p50_ms p99_ms non2xx socket_errors requests p999_ms"
+# The percentiles are post_chat.lua's LOAD_US line: exact microseconds from wrk's histogram
+# (wrk's printed table rounds to two decimals of its unit and has no p99.9).
 parse_wrk() {
   awk '
-    function ms(v) {
-      if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
-      if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
-      if (v ~ /m$/)  return substr(v, 1, length(v) - 1) * 60000
-      if (v ~ /s$/)  return substr(v, 1, length(v) - 1) * 1000
-      return v + 0
-    }
-    $1 == "50%" { p50 = ms($2) }
-    $1 == "99%" { p99 = ms($2) }
+    $1 == "LOAD_US" { for (i = 2; i <= NF; i++) { split($i, kv, "="); us[kv[1]] = kv[2] } }
     /^Requests\/sec:/ { rps = $2 }
     /Non-2xx or 3xx responses:/ { non2xx = $5 }
     /Socket errors:/ { gsub(",", ""); err = $4 + $6 + $8 + $10 }
     / requests in / { n = $1 }
     END {
-      if (rps == "" || p50 == "") exit 1
-      printf "%s %.3f %.3f %d %d %d\n", rps, p50, p99, non2xx, err, n
+      if (rps == "" || !("p50" in us)) exit 1
+      printf "%s %.3f %.3f %d %d %d %.3f\n", rps, us["p50"] / 1000, us["p99"] / 1000, non2xx, err, n, us["p999"] / 1000
     }' "$1"
+}
+
+# parse_oha FILE -> "rps p50_ms p99_ms p999_ms non2xx errors requests" from oha's JSON
+# (latencies in seconds, corrected for coordinated omission with --latency-correction).
+parse_oha() {
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = r["latencyPercentiles"]
+codes = r.get("statusCodeDistribution") or {}
+errors = sum((r.get("errorDistribution") or {}).values())
+ok = sum(n for c, n in codes.items() if c.startswith("2"))
+print("%.1f %.3f %.3f %.3f %d %d %d" % (r["summary"]["requestsPerSec"], p["p50"] * 1e3, p["p99"] * 1e3,
+      p["p99.9"] * 1e3, sum(codes.values()) - ok, errors, sum(codes.values()) + errors))
+PY
 }
 
 # CPU accounting (Linux /proc, clock ticks) to detect other work during a measured run:
 # cpu_ticks -> "busy total" for the whole machine: user + nice + system + irq + softirq + steal
 # (steal: the host gave the CPU to someone else). With tick-based accounting, irq/softirq ticks
 # (the loopback traffic) are also charged to the task that was running, so they match our_ticks.
-# our_ticks -> CPU used by the servers we started plus our reaped children (wrk, via `timeout`).
-# The difference is other work on the machine, give or take a few % of rounding.
+# our_ticks -> CPU used by the servers we started plus our reaped children (wrk or oha, via
+# `timeout`). The difference is other work on the machine, give or take a few % of rounding.
 cpu_ticks() { awk '$1 == "cpu" { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6; exit }' /proc/stat; }
 our_ticks() {
   local total=0 pid f
@@ -288,15 +346,44 @@ server_of() { case "$1" in direct) echo standin ;; *) echo "$1" ;; esac; }
 # us_per_req TICKS REQUESTS -> CPU microseconds per request
 us_per_req() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }'; }
 
-run_wrk() { # run_wrk OUT DURATION URL [--latency]
+run_wrk() { # run_wrk OUT DURATION URL
   local out=$1 dur=$2 url=$3
-  shift 3
   KEY="$KEY" timeout --signal=INT --kill-after=5 $(($(dur_secs "$dur") + 30)) \
-    wrk -t2 -c"$CONC" -d"$dur" "$@" -s "$LUA" "$url" >"$out" 2>&1 \
+    wrk -t"$WRK_THREADS" -c"$CONC" -d"$dur" -s "$LUA" "$url" >"$out" 2>&1 \
     || { cat "$out" >&2; die "wrk failed against $url"; }
 }
 
-echo "load.sh: $(nproc) CPUs; wrk -t2 -c$CONC -d$DURATION (warm-up $WARMUP) x $ROUNDS round(s); targets: $TARGETS"
+# Open loop: oha sends RATE requests per second on schedule whatever the answers take, and
+# --latency-correction measures each from its scheduled time, so a stall shows in the
+# percentiles instead of just pausing the load (wrk's coordinated omission). -w lets the
+# requests in flight at the deadline finish instead of counting them as errors.
+run_oha() { # run_oha OUT RATE DURATION URL
+  local out=$1 rate=$2 dur=$3 url=$4
+  timeout --signal=INT --kill-after=5 $(($(dur_secs "$dur") + 30)) \
+    "$OHA" --no-tui --output-format json -z "$dur" -w -q "$rate" --latency-correction -c "$RATE_CONC" \
+    -m POST -H 'Content-Type: application/json' -H "Authorization: Bearer $KEY" -d "$CHAT_BODY" "$url" \
+    >"$out" 2>"$out.err" || { cat "$out.err" >&2; die "oha failed against $url"; }
+}
+
+# measure TARGET CMD...: runs CMD (a measured run) and sets CPU_TICKS (the target's server
+# process during it) and OTHER (% of the machine's CPU used by processes we did not start).
+measure() {
+  local srv=${PID_OF[$(server_of "$1")]} before after srv0
+  shift
+  before="$(cpu_ticks) $(our_ticks)"
+  srv0=$(proc_ticks "$srv")
+  "$@"
+  CPU_TICKS=$(($(proc_ticks "$srv") - srv0))
+  after="$(cpu_ticks) $(our_ticks)"
+  OTHER=$(other_cpu "$before" "$after")
+}
+
+if [ "$FLAT" = 1 ]; then
+  echo "load.sh: $(nproc) CPUs; flat out: wrk -t$WRK_THREADS -c$CONC -d$DURATION (warm-up $WARMUP) x $ROUNDS round(s); targets: $TARGETS"
+fi
+if [ -n "$RATES" ]; then
+  echo "load.sh: fixed rate: oha -q RATE --latency-correction -c$RATE_CONC -z$DURATION at RATES=\"$RATES\" req/s (warm-up $WARMUP at the rate) x $ROUNDS round(s)"
+fi
 # Anything else busy on the machine (a cargo build...) skews every figure; say so.
 c0=$(cpu_ticks)
 sleep 1
@@ -305,23 +392,36 @@ busy=$(awk -v a="$c0" -v b="$c1" 'BEGIN { split(a, x, " "); split(b, y, " "); d 
 if [ "$busy" -gt 10 ]; then
   echo "load.sh: WARNING: the CPUs are already ${busy}% busy before the run; other work competes with the benchmark" >&2
 fi
+echo "load.sh: load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+# raw:       target rps p50 p99 non2xx sockerr requests p999 other% round cpu_us/req
+# rate_raw:  target rate rps p50 p99 p999 non2xx errors requests other% round cpu_us/req
 : >"$WORK/raw"
+: >"$WORK/rate_raw"
 for r in $(seq "$ROUNDS"); do
-  for t in $TARGETS; do
-    run_wrk "$WORK/$t.warmup.$r" "$WARMUP" "${URL[$t]}"
-    srv=${PID_OF[$(server_of "$t")]}
-    before="$(cpu_ticks) $(our_ticks)"
-    srv0=$(proc_ticks "$srv")
-    run_wrk "$WORK/$t.wrk.$r" "$DURATION" "${URL[$t]}" --latency
-    srv1=$(proc_ticks "$srv")
-    after="$(cpu_ticks) $(our_ticks)"
-    other=$(other_cpu "$before" "$after")
-    line=$(parse_wrk "$WORK/$t.wrk.$r") || { cat "$WORK/$t.wrk.$r" >&2; die "could not parse wrk output for $t"; }
-    read -r rps p50 p99 non2xx err n <<<"$line"
-    cpu=$(us_per_req $((srv1 - srv0)) "$n")
-    echo "$t $line $other $r $cpu" >>"$WORK/raw"
-    printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  %7s us CPU/req  (%s requests, %s non-2xx, %s socket errors, other CPU %s%%)\n' \
-      "$r" "$t" "$rps" "$p50" "$p99" "$cpu" "$n" "$non2xx" "$err" "$other"
+  if [ "$FLAT" = 1 ]; then
+    for t in $TARGETS; do
+      run_wrk "$WORK/$t.warmup.$r" "$WARMUP" "${URL[$t]}"
+      measure "$t" run_wrk "$WORK/$t.wrk.$r" "$DURATION" "${URL[$t]}"
+      line=$(parse_wrk "$WORK/$t.wrk.$r") || { cat "$WORK/$t.wrk.$r" >&2; die "could not parse wrk output for $t"; }
+      read -r rps p50 p99 non2xx err n p999 <<<"$line"
+      cpu=$(us_per_req "$CPU_TICKS" "$n")
+      echo "$t $line $OTHER $r $cpu" >>"$WORK/raw"
+      printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  p99.9 %8s ms  %7s us CPU/req  (%s requests, %s non-2xx, %s socket errors, other CPU %s%%)\n' \
+        "$r" "$t" "$rps" "$p50" "$p99" "$p999" "$cpu" "$n" "$non2xx" "$err" "$OTHER"
+    done
+  fi
+  # Each rate runs every target back to back, so their difference is measured minutes apart at most.
+  for q in $RATES; do
+    for t in $TARGETS; do
+      run_oha "$WORK/$t.oha-warmup.$q.$r" "$q" "$WARMUP" "${URL[$t]}"
+      measure "$t" run_oha "$WORK/$t.oha.$q.$r" "$q" "$DURATION" "${URL[$t]}"
+      line=$(parse_oha "$WORK/$t.oha.$q.$r") || { cat "$WORK/$t.oha.$q.$r" >&2; die "could not parse oha output for $t"; }
+      read -r rps p50 p99 p999 non2xx err n <<<"$line"
+      cpu=$(us_per_req "$CPU_TICKS" "$n")
+      echo "$t $q $line $OTHER $r $cpu" >>"$WORK/rate_raw"
+      printf '  round %d  %-9s at %5s req/s: %8s req/s  p50 %7s ms  p99 %7s ms  p99.9 %7s ms  %7s us CPU/req  (%s requests, %s non-2xx, %s errors, other CPU %s%%)\n' \
+        "$r" "$t" "$q" "$rps" "$p50" "$p99" "$p999" "$cpu" "$n" "$non2xx" "$err" "$OTHER"
+    done
   done
 done
 
@@ -329,56 +429,123 @@ done
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$WORK/raw"; }
 sum() { awk -v t="$1" -v c="$2" '$1 == t { s += $c } END { print s + 0 }' "$WORK/raw"; }
-declare -A RPS P50 P99 BAD ERR OTHER CPU
-for t in $TARGETS; do
-  RPS[$t]=$(col "$t" 2 | median)
-  P50[$t]=$(col "$t" 3 | median)
-  P99[$t]=$(col "$t" 4 | median)
-  BAD[$t]=$(sum "$t" 5)
-  ERR[$t]=$(sum "$t" 6)
-  OTHER[$t]=$(col "$t" 8 | sort -g | tail -n1)
-  CPU[$t]=$(col "$t" 10 | median)
-done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
-
-echo
-[ "$ROUNDS" -gt 1 ] && echo "medians of $ROUNDS rounds"
-printf '%-10s %11s %9s %9s %10s %8s %8s %7s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms cpu_us/req non-2xx sockerr other% \
-  "rps/dir" "p50/dir" "p99/dir"
+declare -A RPS P50 P99 P999 BAD ERR OTHER CPU
 for t in $TARGETS; do
-  if want direct; then
-    r1=$(ratio "${RPS[$t]}" "${RPS[direct]}")
-    r2=$(ratio "${P50[$t]}" "${P50[direct]}")
-    r3=$(ratio "${P99[$t]}" "${P99[direct]}")
-  else
-    r1=- r2=- r3=-
-  fi
-  printf '%-10s %11.0f %9.3f %9.3f %10s %8d %8d %7s   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${CPU[$t]}" \
-    "${BAD[$t]}" "${ERR[$t]}" "${OTHER[$t]}" "$r1" "$r2" "$r3"
+  BAD[$t]=0 ERR[$t]=0 OTHER[$t]=0
 done
 
-if want bare && want tollgate; then
+if [ "$FLAT" = 1 ]; then
+  for t in $TARGETS; do
+    RPS[$t]=$(col "$t" 2 | median)
+    P50[$t]=$(col "$t" 3 | median)
+    P99[$t]=$(col "$t" 4 | median)
+    P999[$t]=$(col "$t" 8 | median)
+    BAD[$t]=$(sum "$t" 5)
+    ERR[$t]=$(sum "$t" 6)
+    OTHER[$t]=$(col "$t" 9 | sort -g | tail -n1)
+    CPU[$t]=$(col "$t" 11 | median)
+  done
+
   echo
-  awk -v tr="${RPS[tollgate]}" -v br="${RPS[bare]}" -v t50="${P50[tollgate]}" -v b50="${P50[bare]}" \
-    -v t99="${P99[tollgate]}" -v b99="${P99[bare]}" -v tc="${CPU[tollgate]}" -v bc="${CPU[bare]}" 'BEGIN {
-      printf "HEADLINE Tollgate vs bare Pingora: throughput %.2fx (%+.1f%%), p50 %.2fx (%+.3f ms), p99 %.2fx (%+.3f ms)\n",
-        tr / br, (tr / br - 1) * 100, t50 / b50, t50 - b50, t99 / b99, t99 - b99
-      printf "CPU per request in the proxy process: Tollgate %.1f us, bare Pingora %.1f us (Tollgate adds %.1f us)\n", tc, bc, tc - bc
-    }'
-  if [ "$ROUNDS" -gt 1 ]; then
-    # The same ratio within each round (the two runs are minutes apart at most), and its median.
-    awk '$1 == "bare" { b[$9] = $2 } $1 == "tollgate" { t[$9] = $2 }
-      END { for (r in t) if (b[r] > 0) print r, t[r] / b[r] }' "$WORK/raw" | sort -n >"$WORK/ratios"
-    printf 'per-round Tollgate/bare throughput: %s (median %.2fx)\n' \
-      "$(awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), $2 }' "$WORK/ratios")" "$(awk '{ print $2 }' "$WORK/ratios" | median)"
+  echo "flat out: wrk -t$WRK_THREADS -c$CONC, closed loop$([ "$ROUNDS" -gt 1 ] && echo ", medians of $ROUNDS rounds")"
+  printf '%-10s %11s %9s %9s %9s %10s %8s %8s %7s   %-9s %-9s %-9s\n' target req/s p50_ms p99_ms p99.9_ms cpu_us/req non-2xx sockerr other% \
+    "rps/dir" "p50/dir" "p99/dir"
+  for t in $TARGETS; do
+    if want direct; then
+      r1=$(ratio "${RPS[$t]}" "${RPS[direct]}")
+      r2=$(ratio "${P50[$t]}" "${P50[direct]}")
+      r3=$(ratio "${P99[$t]}" "${P99[direct]}")
+    else
+      r1=- r2=- r3=-
+    fi
+    printf '%-10s %11.0f %9.3f %9.3f %9.3f %10s %8d %8d %7s   %-9s %-9s %-9s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" \
+      "${CPU[$t]}" "${BAD[$t]}" "${ERR[$t]}" "${OTHER[$t]}" "$r1" "$r2" "$r3"
+  done
+
+  if want bare && want tollgate; then
+    echo
+    awk -v tr="${RPS[tollgate]}" -v br="${RPS[bare]}" -v t50="${P50[tollgate]}" -v b50="${P50[bare]}" \
+      -v t99="${P99[tollgate]}" -v b99="${P99[bare]}" -v t999="${P999[tollgate]}" -v b999="${P999[bare]}" \
+      -v tc="${CPU[tollgate]}" -v bc="${CPU[bare]}" -v conc="$CONC" 'BEGIN {
+        printf "HEADLINE Tollgate vs bare Pingora (%s): throughput %.2fx (%+.1f%%), p50 %.2fx (%+.3f ms), p99 %.2fx (%+.3f ms), p99.9 %+.3f ms\n",
+          (conc == 1 ? "single client, c=1" : "flat out, c=" conc), tr / br, (tr / br - 1) * 100, t50 / b50, t50 - b50, t99 / b99, t99 - b99, t999 - b999
+        printf "CPU per request in the proxy process: Tollgate %.1f us, bare Pingora %.1f us (Tollgate adds %.1f us)\n", tc, bc, tc - bc
+      }'
+    if [ "$ROUNDS" -gt 1 ]; then
+      # The same figures within each round (the two runs are minutes apart at most), and their median.
+      awk '$1 == "bare" { b[$10] = $2; b50[$10] = $3; b99[$10] = $4 } $1 == "tollgate" { t[$10] = $2; t50[$10] = $3; t99[$10] = $4 }
+        END { for (r in t) if (b[r] > 0) print r, t[r] / b[r], t50[r] - b50[r], t99[r] - b99[r] }' "$WORK/raw" | sort -n >"$WORK/ratios"
+      printf 'per-round Tollgate/bare throughput: %s (median %.2fx)\n' \
+        "$(awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), $2 }' "$WORK/ratios")" "$(awk '{ print $2 }' "$WORK/ratios" | median)"
+      printf 'per-round added p50: %s ms (median %+.3f); added p99: %s ms (median %+.3f)\n' \
+        "$(awk '{ printf "%s%+.3f", (NR > 1 ? " " : ""), $3 }' "$WORK/ratios")" "$(awk '{ print $3 }' "$WORK/ratios" | median)" \
+        "$(awk '{ printf "%s%+.3f", (NR > 1 ? " " : ""), $4 }' "$WORK/ratios")" "$(awk '{ print $4 }' "$WORK/ratios" | median)"
+    fi
+  fi
+fi
+
+# Fixed-rate report: per rate, medians over rounds; what Tollgate adds is the median of the
+# per-round differences (each round runs bare and Tollgate back to back at the same rate).
+rate_col() { awk -v t="$1" -v q="$2" -v c="$3" '$1 == t && $2 == q { print $c }' "$WORK/rate_raw"; }
+declare -A RATE_LINE
+short_rate=0
+if [ -n "$RATES" ]; then
+  echo
+  echo "fixed rate: oha -q RATE --latency-correction -c$RATE_CONC, open loop$([ "$ROUNDS" -gt 1 ] && echo ", medians of $ROUNDS rounds")"
+  printf '%-7s %-10s %9s %9s %9s %9s %10s %8s %8s %7s\n' rate target req/s p50_ms p99_ms p99.9_ms cpu_us/req non-2xx errors other%
+  for q in $RATES; do
+    for t in $TARGETS; do
+      rps=$(rate_col "$t" "$q" 3 | median)
+      p50=$(rate_col "$t" "$q" 4 | median)
+      p99=$(rate_col "$t" "$q" 5 | median)
+      p999=$(rate_col "$t" "$q" 6 | median)
+      bad=$(rate_col "$t" "$q" 7 | awk '{ s += $1 } END { print s + 0 }')
+      err=$(rate_col "$t" "$q" 8 | awk '{ s += $1 } END { print s + 0 }')
+      other=$(rate_col "$t" "$q" 10 | sort -g | tail -n1)
+      cpu=$(rate_col "$t" "$q" 12 | median)
+      BAD[$t]=$((BAD[$t] + bad))
+      ERR[$t]=$((ERR[$t] + err))
+      OTHER[$t]=$(printf '%s\n%s\n' "${OTHER[$t]}" "$other" | sort -g | tail -n1)
+      RATE_LINE[$t.$q]="$rps $p50 $p99 $p999"
+      printf '%-7s %-10s %9.0f %9.3f %9.3f %9.3f %10s %8d %8d %7s\n' "$q" "$t" "$rps" "$p50" "$p99" "$p999" "$cpu" "$bad" "$err" "$other"
+      # A target that cannot keep up measures its queue, not its latency at this rate.
+      if awk -v a="$rps" -v q="$q" 'BEGIN { exit !(a < 0.95 * q) }'; then
+        echo "load.sh: WARNING: $t sustained only $rps of $q req/s; its latencies at this rate include queueing" >&2
+        short_rate=1
+      fi
+    done
+  done
+  if want bare && want tollgate; then
+    echo
+    for q in $RATES; do
+      awk -v q="$q" '$2 == q && $1 == "bare" { b50[$11] = $4; b99[$11] = $5; b999[$11] = $6; bc[$11] = $12 }
+        $2 == q && $1 == "tollgate" { t50[$11] = $4; t99[$11] = $5; t999[$11] = $6; tc[$11] = $12 }
+        END { for (r in t50) if (r in b50) print t50[r] - b50[r], t99[r] - b99[r], t999[r] - b999[r], tc[r] - bc[r] }' \
+        "$WORK/rate_raw" >"$WORK/added.$q"
+      printf 'ADDED by Tollgate over bare Pingora at %s req/s: p50 %+.3f ms, p99 %+.3f ms, p99.9 %+.3f ms, CPU %+.1f us/req\n' "$q" \
+        "$(cut -d' ' -f1 "$WORK/added.$q" | median)" "$(cut -d' ' -f2 "$WORK/added.$q" | median)" \
+        "$(cut -d' ' -f3 "$WORK/added.$q" | median)" "$(cut -d' ' -f4 "$WORK/added.$q" | median)"
+    done
   fi
 fi
 
 if [ -n "$RESULTS" ]; then
   {
-    printf 'target\treq_s\tp50_ms\tp99_ms\tnon2xx\tsocket_errors\tmax_other_cpu_pct\n'
-    for t in $TARGETS; do
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${BAD[$t]}" "${ERR[$t]}" "${OTHER[$t]}"
+    printf 'target\tmode\treq_s\tp50_ms\tp99_ms\tp999_ms\tnon2xx\tsocket_errors\tmax_other_cpu_pct\n'
+    if [ "$FLAT" = 1 ]; then
+      for t in $TARGETS; do
+        printf '%s\tc=%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$CONC" "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" \
+          "$(sum "$t" 5)" "$(sum "$t" 6)" "$(col "$t" 9 | sort -g | tail -n1)"
+      done
+    fi
+    for q in $RATES; do
+      for t in $TARGETS; do
+        read -r rps p50 p99 p999 <<<"${RATE_LINE[$t.$q]}"
+        printf '%s\tq=%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$q" "$rps" "$p50" "$p99" "$p999" \
+          "$(rate_col "$t" "$q" 7 | awk '{ s += $1 } END { print s + 0 }')" \
+          "$(rate_col "$t" "$q" 8 | awk '{ s += $1 } END { print s + 0 }')" "$(rate_col "$t" "$q" 10 | sort -g | tail -n1)"
+      done
     done
   } >"$RESULTS"
   echo "load.sh: medians written to $RESULTS"
@@ -394,4 +561,6 @@ for t in $TARGETS; do
     echo "load.sh: WARNING: other processes used up to ${OTHER[$t]}% of the CPU during the $t runs; rerun on a quiet machine" >&2
   fi
 done
+[ "$short_rate" = 0 ] || echo "load.sh: WARNING: some fixed-rate runs fell short of their rate (see above)" >&2
+echo "load.sh: load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$failed"
