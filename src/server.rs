@@ -68,7 +68,9 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let baseline = crate::compliance::pack::baseline_set();
     rt.block_on(crate::compliance::pack_sets::record(&store, crate::store::packs::BASELINE_TENANT, baseline))?;
     let commit_timeout = std::time::Duration::from_millis(cfg.receipts.commit_timeout_ms.max(1));
-    let (receipts, writer) = crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout);
+    let checkpoint_every = std::time::Duration::from_millis(cfg.receipts.wal_checkpoint_ms);
+    let (receipts, writer) =
+        crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout, checkpoint_every);
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let app = Arc::new(App {
         upstream: UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file),

@@ -51,11 +51,14 @@ pub struct ReceiptsSection {
     pub commit: CommitMode,
     /// How long a batch is retried before its waiting requests are answered 503.
     pub commit_timeout_ms: u64,
+    /// SQLite: how often the WAL is checkpointed in the background (0 = never: SQLite's own
+    /// automatic checkpoint on other connections only).
+    pub wal_checkpoint_ms: u64,
 }
 
 impl Default for ReceiptsSection {
     fn default() -> Self {
-        ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000 }
+        ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000, wal_checkpoint_ms: 200 }
     }
 }
 

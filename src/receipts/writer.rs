@@ -117,12 +117,20 @@ pub struct ReceiptWriter {
     signer: Arc<Signer>,
     stats: Arc<WriterStats>,
     commit_timeout: Duration,
+    /// SQLite: the background checkpoint's period (zero: none).
+    checkpoint_every: Duration,
 }
 
-pub fn channel(store: Store, signer: Arc<Signer>, commit_timeout: Duration) -> (ReceiptQueue, ReceiptWriter) {
+pub fn channel(
+    store: Store,
+    signer: Arc<Signer>,
+    commit_timeout: Duration,
+    checkpoint_every: Duration,
+) -> (ReceiptQueue, ReceiptWriter) {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let stats = Arc::new(WriterStats::default());
-    (ReceiptQueue { tx, stats: stats.clone() }, ReceiptWriter { rx, store, signer, stats, commit_timeout })
+    let writer = ReceiptWriter { rx, store, signer, stats: stats.clone(), commit_timeout, checkpoint_every };
+    (ReceiptQueue { tx, stats }, writer)
 }
 
 /// One batch taken from the queue.
@@ -144,8 +152,11 @@ impl ReceiptWriter {
         };
         let mut appender = store::receipts::SqliteAppender::open(&file, self.commit_timeout)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let every = self.checkpoint_every;
         std::thread::Builder::new().name("tollgate-receipts".into()).spawn(move || self.run_sqlite(&mut appender))?;
-        std::thread::Builder::new().name("tollgate-checkpoint".into()).spawn(move || checkpoints(&file))?;
+        if !every.is_zero() {
+            std::thread::Builder::new().name("tollgate-checkpoint".into()).spawn(move || checkpoints(&file, every))?;
+        }
         Ok(())
     }
 
@@ -299,9 +310,9 @@ impl Retry {
     }
 }
 
-/// Every second, a passive checkpoint of the WAL on a connection of its own (the writer's never
+/// Every `every` (`receipts.wal_checkpoint_ms`), a passive checkpoint of the WAL on a connection of its own (the writer's never
 /// checkpoints: `SqliteAppender::open`). Runs for the life of the process.
-fn checkpoints(file: &std::path::Path) {
+fn checkpoints(file: &std::path::Path, every: Duration) {
     let conn = match rusqlite::Connection::open(file) {
         Ok(c) => c,
         Err(e) => {
@@ -310,7 +321,7 @@ fn checkpoints(file: &std::path::Path) {
         }
     };
     loop {
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(every);
         if let Err(e) = store::receipts::checkpoint_passive(&conn) {
             log::warn!("WAL checkpoint failed: {e}");
         }
