@@ -32,6 +32,9 @@
 #   SKIP_BUILD=1        use the binaries already in target/release
 #   RESULTS=FILE        also write the medians as TSV to FILE
 #   KEEP_LOGS=1         keep the temp dir (server logs, wrk outputs) after the run
+#   TRACING=1           OpenTelemetry traces on: Tollgate exports a span per request (OTLP/HTTP
+#                       batches) to the stand-in, which accepts POST /v1/traces. Off otherwise
+#                       (TOLLGATE_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_ENDPOINT are cleared)
 #   CHECKS=1            turn every check on for the tenant: benches/load-policy.yaml (rules,
 #                       allowlist, guardrails on request and answer), rpm/tpm limits on the key
 #                       and a tenant budget, all far above what the run uses
@@ -243,7 +246,8 @@ fi
 
 if want tollgate; then
   # A fresh SQLite database in the temp dir; nothing from the caller's Tollgate setup is used.
-  unset TOLLGATE_CONFIG TOLLGATE_DATABASE_URL TOLLGATE_MASTER_KEY
+  unset TOLLGATE_CONFIG TOLLGATE_DATABASE_URL TOLLGATE_MASTER_KEY TOLLGATE_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_ENDPOINT
+  if [ "${TRACING:-0}" = 1 ]; then export TOLLGATE_OTLP_ENDPOINT="http://$STANDIN"; fi
   export TOLLGATE_DATA_DIR="$WORK/data"
   export TOLLGATE_GATEWAY_LISTEN="$HOST:$TG_GATEWAY_PORT"
   export TOLLGATE_MANAGEMENT_LISTEN="$HOST:$TG_MANAGEMENT_PORT"

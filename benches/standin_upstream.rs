@@ -5,6 +5,8 @@
 //! - `POST /v1/chat/completions`: a fixed `chat.completion` JSON (~400 bytes) with
 //!   `usage.prompt_tokens` 11 and `usage.completion_tokens` 7;
 //! - `GET /v1/models`: a tiny model list;
+//! - `POST /v1/traces`: an empty OTLP answer (all accepted), so Tollgate's traces have a sink
+//!   (`TRACING=1 benches/load.sh`);
 //! - anything else: a 404 JSON error.
 //!
 //! The request body is always read to the end and discarded, so the connection stays keep-alive.
@@ -63,6 +65,12 @@ impl ServeHttp for Standin {
         match (&req.method, req.uri.path()) {
             (&Method::POST, "/v1/chat/completions") => json(StatusCode::OK, CHAT_COMPLETION),
             (&Method::GET, "/v1/models") => json(StatusCode::OK, MODELS),
+            (&Method::POST, "/v1/traces") => Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/x-protobuf")
+                .header("content-length", 0)
+                .body(Vec::new())
+                .expect("static response is valid"),
             _ => json(StatusCode::NOT_FOUND, NOT_FOUND),
         }
     }

@@ -27,7 +27,7 @@ impl Check for Cache {
     fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
         let Some(settings) = ex.snap.policy(ex.tenant_id()).cache() else { return Verdict::Skip };
         let key_entry = ex.key.clone();
-        let key = cache::key(key_entry.tenant_id(), ex.route, ex.body.json());
+        let key = cache::key(key_entry.tenant_id(), ex.route, &ex.model, ex.body.json());
         cx.cache_slot = Some(Slot { key, ttl: settings.ttl });
         if ex.no_cache {
             return Verdict::Pass(CheckResult::Bypass);

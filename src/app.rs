@@ -20,11 +20,15 @@ pub struct App {
     pub ledger: Arc<Ledger>,
     pub master: Arc<MasterKey>,
     /// Upstream client of the management API (provider tests); the gateway owns its own pool.
-    pub upstream: UpstreamClient,
+    pub upstream: Arc<UpstreamClient>,
+    /// Vertex access tokens, minted once per service account for every request and test.
+    pub tokens: Arc<crate::providers::vertex_auth::TokenCache>,
     pub receipts: ReceiptQueue,
     pub signer: Arc<Signer>,
     /// The exact-match answer cache (outlives policy reloads).
     pub cache: Arc<crate::cache::AnswerCache>,
+    /// OpenTelemetry traces; `None` when off (the default).
+    pub telemetry: Option<crate::telemetry::Tracing>,
     pub started: Instant,
 }
 

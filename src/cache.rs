@@ -71,11 +71,14 @@ impl AnswerCache {
 }
 
 /// The cache key of a request.
-pub fn key(tenant_id: &str, route: &str, body: &Value) -> [u8; 32] {
+/// `model` too: the native Bedrock and Vertex routes carry it in the path, not the body.
+pub fn key(tenant_id: &str, route: &str, model: &str, body: &Value) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(tenant_id.as_bytes());
     h.update([0]);
     h.update(route.as_bytes());
+    h.update([0]);
+    h.update(model.as_bytes());
     h.update([0]);
     match body {
         Value::Object(m) if m.contains_key("user") => {
@@ -109,11 +112,11 @@ mod tests {
     fn keys_ignore_member_order_and_the_end_user_but_not_the_tenant() {
         let a = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "alice"});
         let b: Value = serde_json::from_str(r#"{ "messages":[{"content":"hi","role":"user"}],"model":"m"}"#).unwrap();
-        assert_eq!(key("t1", "/v1/chat/completions", &a), key("t1", "/v1/chat/completions", &b));
-        assert_ne!(key("t1", "/v1/chat/completions", &a), key("t2", "/v1/chat/completions", &a));
-        assert_ne!(key("t1", "/v1/chat/completions", &a), key("t1", "/v1/messages", &a));
+        assert_eq!(key("t1", "/v1/chat/completions", "m", &a), key("t1", "/v1/chat/completions", "m", &b));
+        assert_ne!(key("t1", "/v1/chat/completions", "m", &a), key("t2", "/v1/chat/completions", "m", &a));
+        assert_ne!(key("t1", "/v1/chat/completions", "m", &a), key("t1", "/v1/messages", "m", &a));
         let streamed = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true});
-        assert_ne!(key("t1", "/v1/chat/completions", &b), key("t1", "/v1/chat/completions", &streamed));
+        assert_ne!(key("t1", "/v1/chat/completions", "m", &b), key("t1", "/v1/chat/completions", "m", &streamed));
     }
 
     #[test]

@@ -90,7 +90,62 @@ pub enum Flavor {
     OpenAi,
     /// Anthropic route: `{"type": "error", "error": {...}}`, as the anthropic SDK expects.
     Anthropic,
+    /// Bedrock routes: AWS's `{"message", "__type"}` (botocore reads the error code from
+    /// `__type`), with the gateway's `error` object beside them.
+    Bedrock,
+    /// Vertex routes: Google's `{"error": {code, message, status}}`, with the gateway's `type`.
+    Google,
 }
+
+/// The management API's error body (`Flavor::Plain`), as the OpenAPI document describes it.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorEnvelope<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+/// What went wrong: `type` is one of a fixed set of names, `code` the HTTP status.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail<'a> {
+    #[serde(rename = "type")]
+    #[schema(value_type = ErrorType)]
+    pub kind: &'static str,
+    /// What was wrong and how to fix it; never a secret.
+    pub message: &'a str,
+    #[schema(minimum = 400, maximum = 599)]
+    pub code: u16,
+}
+
+/// Every `type` an error can have, from [`ErrorKind::type_name`].
+pub struct ErrorType;
+
+impl utoipa::PartialSchema for ErrorType {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        use ErrorKind::*;
+        let kinds = [
+            InvalidRequest,
+            GuardrailBlocked,
+            Unauthorized,
+            BudgetExceeded,
+            Forbidden,
+            PolicyDenied,
+            NotFound,
+            MethodNotAllowed,
+            Conflict,
+            PayloadTooLarge,
+            RateLimited,
+            Internal,
+            UpstreamError,
+            NotConfigured,
+            Unavailable,
+            UpstreamTimeout,
+        ];
+        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(kinds.map(ErrorKind::type_name))).into()
+    }
+}
+
+impl utoipa::ToSchema for ErrorType {}
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -129,11 +184,8 @@ impl ApiError {
     }
 
     pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {
-        let mut inner = json!({
-            "type": self.kind.type_name(),
-            "message": self.message,
-            "code": self.status(),
-        });
+        let detail = ErrorDetail { kind: self.kind.type_name(), message: &self.message, code: self.status() };
+        let mut inner = serde_json::to_value(detail).unwrap_or_default();
         match flavor {
             Flavor::Plain => json!({ "error": inner }),
             Flavor::OpenAi => {
@@ -141,6 +193,41 @@ impl ApiError {
                 json!({ "error": inner })
             }
             Flavor::Anthropic => json!({ "type": "error", "error": inner }),
+            Flavor::Bedrock => json!({ "message": self.message, "__type": self.aws_code(), "error": inner }),
+            Flavor::Google => {
+                inner["status"] = self.google_status().into();
+                json!({ "error": inner })
+            }
+        }
+    }
+
+    /// The AWS error code a Bedrock client expects for this status.
+    fn aws_code(&self) -> &'static str {
+        match self.status() {
+            401 => "UnrecognizedClientException",
+            403 => "AccessDeniedException",
+            404 => "ResourceNotFoundException",
+            408 | 504 => "ModelTimeoutException",
+            429 => "ThrottlingException",
+            402 => "ServiceQuotaExceededException",
+            503 => "ServiceUnavailableException",
+            s if s >= 500 => "InternalServerException",
+            _ => "ValidationException",
+        }
+    }
+
+    /// The `google.rpc.Code` name Google's clients expect for this status.
+    fn google_status(&self) -> &'static str {
+        match self.status() {
+            401 => "UNAUTHENTICATED",
+            403 => "PERMISSION_DENIED",
+            404 => "NOT_FOUND",
+            409 => "ALREADY_EXISTS",
+            429 | 402 => "RESOURCE_EXHAUSTED",
+            503 => "UNAVAILABLE",
+            504 => "DEADLINE_EXCEEDED",
+            s if s >= 500 => "INTERNAL",
+            _ => "INVALID_ARGUMENT",
         }
     }
 

@@ -41,11 +41,13 @@
 //!   and engines the checks use
 //! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
 //! - `providers`: per-provider request building, usage reading, stored credentials
+//! - `translate`: OpenAI Chat Completions ↔ Anthropic Messages (request, answer, stream); pure
 //! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
 //! - `error`: the one table from error kind to status and envelope; `metrics`: Prometheus
 //! - `guardrails`: PII, secrets, prompt injection and custom patterns found, redacted or blocked
 //!   in request and (streamed) response text; pure, compiled once per snapshot
 //! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
+//! - `telemetry`: opt-in OpenTelemetry traces, one GenAI span per gateway request (OTLP/HTTP)
 
 pub mod allocator;
 pub mod app;
@@ -75,4 +77,6 @@ pub mod secret;
 pub mod server;
 pub mod snapshot;
 pub mod store;
+pub mod telemetry;
+pub mod translate;
 pub mod upstream;

@@ -22,6 +22,13 @@ impl Pricing {
     /// The price of `model`: an exact entry, else the longest entry `e` with `model` = `e-…`
     /// (dated snapshots such as `gpt-4o-2024-08-06` take the price of `gpt-4o`).
     pub fn price(&self, model: &str) -> Option<Price> {
+        // `bedrock/<id>` and `vertex/<model>` (the routing prefix on /v1/chat/completions), and
+        // Bedrock's cross-region inference profiles (`us.<id>`), cost what the model costs.
+        let model = model.strip_prefix("bedrock/").or_else(|| model.strip_prefix("vertex/")).unwrap_or(model);
+        let model = ["us.", "eu.", "apac.", "global."]
+            .iter()
+            .find_map(|r| model.strip_prefix(r).filter(|m| m.contains('.')))
+            .unwrap_or(model);
         if let Some(p) = self.models.get(model) {
             return Some(*p);
         }
@@ -47,6 +54,16 @@ impl Pricing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cloud_models_are_priced_under_their_routing_names() {
+        let p = Pricing::from_config(&Config::default()).unwrap();
+        let haiku = p.price("anthropic.claude-3-haiku-20240307-v1:0").unwrap();
+        assert_eq!(p.price("bedrock/anthropic.claude-3-haiku-20240307-v1:0").unwrap().input, haiku.input);
+        assert_eq!(p.price("bedrock/us.anthropic.claude-3-haiku-20240307-v1:0").unwrap().input, haiku.input);
+        assert_eq!(p.price("vertex/gemini-2.0-flash").unwrap().input, 0.15);
+        assert_eq!(p.price("gemini-2.0-flash-001").unwrap().input, 0.15);
+    }
 
     #[test]
     fn prices_and_dated_models() {

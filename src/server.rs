@@ -38,6 +38,8 @@ pub enum StartError {
     Listen { addr: String, what: &'static str, err: std::io::Error },
     #[error("pingora: {0}")]
     Pingora(String),
+    #[error("telemetry: {0}")]
+    Telemetry(String),
 }
 
 /// The shared state plus the receipt writer, started by [`build`].
@@ -72,8 +74,12 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let (receipts, writer) =
         crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout, checkpoint_every);
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
+    let telemetry = crate::telemetry::Tracing::from_config(&cfg.telemetry).map_err(StartError::Telemetry)?;
+    let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
+    let tokens = Arc::new(crate::providers::vertex_auth::TokenCache::new(upstream.clone(), Default::default()));
     let app = Arc::new(App {
-        upstream: UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file),
+        upstream,
+        tokens,
         config: cfg,
         store,
         snapshot,
@@ -82,6 +88,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         receipts,
         signer,
         cache,
+        telemetry,
         started: Instant::now(),
     });
     Ok(Prepared { app, writer })
@@ -175,6 +182,11 @@ fn exit_after_shutdown(app: &App, drained: bool) -> ! {
         log::info!("shutdown: drained, written={written}");
     } else {
         log::error!("shutdown: {depth} receipts still queued after the shutdown timeout, written={written}");
+    }
+    // Every request has ended its span by now (a request holds the writer's drain open until its
+    // context is dropped, after `logging`): the batch still queued goes out before the exit.
+    if let Some(t) = &app.telemetry {
+        t.shutdown(Duration::from_secs(app.config.server.graceful_shutdown_timeout_seconds.max(1)));
     }
     log::logger().flush();
     std::process::exit(0)

@@ -62,9 +62,20 @@ impl KeyEntry {
 #[derive(Debug)]
 pub struct ProviderCred {
     pub provider: ProviderName,
-    pub api_key: Option<Secret>,
+    pub auth: ProviderAuth,
     pub base_url: BaseUrl,
     pub status: String,
+}
+
+/// How a credential authenticates: the secret part, opened.
+#[derive(Debug)]
+pub enum ProviderAuth {
+    /// OpenAI, Anthropic.
+    ApiKey(Secret),
+    /// Bedrock: SigV4 with these keys, in this region.
+    Aws { keys: crate::providers::bedrock::sign::AwsKeys, region: String },
+    /// Vertex: tokens minted from this service account, models in this region.
+    Google { account: Arc<crate::providers::vertex_auth::ServiceAccount>, location: String },
 }
 
 pub struct Snapshot {

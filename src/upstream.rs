@@ -321,7 +321,7 @@ impl UpstreamResponse<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -418,7 +418,7 @@ mod tests {
 
     /// What a stand-in upstream reads of one request: the head, then as many body bytes as its
     /// content-length names. Returns the bytes and where the body starts.
-    async fn read_request(conn: &mut (impl tokio::io::AsyncRead + Unpin)) -> (Vec<u8>, usize) {
+    pub(crate) async fn read_request(conn: &mut (impl tokio::io::AsyncRead + Unpin)) -> (Vec<u8>, usize) {
         use tokio::io::AsyncReadExt;
         let mut got = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];

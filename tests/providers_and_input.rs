@@ -191,6 +191,86 @@ fn every_management_write_answers_400_naming_the_field() {
     assert_eq!(r.json()["error"]["code"], 405);
 }
 
+/// A Vertex key file is parsed when it is stored, as the token source will use it: a file that
+/// could never mint a token is a 400 naming what is wrong, and no answer echoes the key.
+#[test]
+fn a_vertex_key_file_is_checked_when_stored() {
+    let g = Gateway::start(&Backend::Sqlite, &[]);
+    let good = support::google::service_account("https://oauth2.googleapis.com/token").file;
+    // A line of the key's base64: no answer may carry any of it.
+    let key_line = good["private_key"].as_str().unwrap().lines().nth(2).unwrap();
+    let with = |field: &str, value: Value| {
+        let mut file = good.clone();
+        file[field] = value;
+        json!({ "service_account_json": file.to_string() })
+    };
+    let not_rsa =
+        "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n";
+    let cases = [
+        (with("client_email", Value::Null), "missing `client_email`"),
+        (with("type", json!("authorized_user")), "`type` is `authorized_user`"),
+        (with("private_key", json!("not a key")), "`private_key` is not a PEM-encoded RSA private key"),
+        (with("private_key", json!(not_rsa)), "`private_key` is not"),
+        (with("token_uri", json!("gopher://x/token")), "`token_uri`"),
+    ];
+    for (body, needle) in cases {
+        let r = g.mgmt("PUT", "/v1/providers/vertex", Some(&g.key), Some(&body));
+        assert_400(&r, needle);
+        assert!(!r.text().contains(key_line), "{}", r.text());
+    }
+    let r =
+        g.mgmt("PUT", "/v1/providers/vertex", Some(&g.key), Some(&json!({ "service_account_json": good.to_string() })));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!((r.json()["status"].as_str(), r.json()["keyHint"].as_str()), (Some("active"), Some("...4e5f")));
+    assert!(!r.text().contains(key_line), "{}", r.text());
+}
+
+/// PostgreSQL can neither store nor compare a NUL; these were 500s there (found probing the fuzzer's inputs on it).
+/// Every backend answers 400 naming where the NUL was, and goes on serving.
+#[test]
+fn nul_characters_are_400_naming_where_on_every_backend() {
+    for b in backends() {
+        let g = Gateway::start(&b, &[]);
+        let k = g.key.clone();
+        let cases: Vec<(&str, &str, &[u8], &str)> = vec![
+            ("GET", "/v1/receipts/%00", b"", "the path"),
+            ("GET", "/v1/team/teams/a%00b", b"", "the path"),
+            ("DELETE", "/v1/policies/%00", b"", "the path"),
+            ("GET", "/v1/receipts?actor=%00", b"", "query `actor`"),
+            ("GET", "/v1/keys?cursor=%00", b"", "query `cursor`"),
+            ("POST", "/v1/keys", br#"{"label": "a\u0000b"}"#, "field `label`"),
+            ("POST", "/v1/policies", br#"{"name": "\u0000", "yaml": ""}"#, "field `name`"),
+            ("POST", "/v1/budgets/requests", br#"{"budgetId": "x", "amountUsd": 1, "reason": "\u0000"}"#, "`reason`"),
+            ("PUT", "/v1/compliance/packs/x", b"framework: x\0", "pack YAML"),
+        ];
+        for (method, path, body, needle) in cases {
+            let r = g.mgmt_raw(method, path, &k, body);
+            assert_400(&r, needle);
+        }
+        // The label `a\\u0000b` (an escaped backslash) holds no NUL and is stored as written.
+        let r = g.mgmt_raw("POST", "/v1/keys", &k, br#"{"label": "a\\u0000b"}"#);
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.json()["label"], "a\\u0000b");
+        assert_eq!(g.mgmt("GET", "/v1/keys", Some(&k), None).status, 200);
+
+        // On the gateway: a NUL in `model` or `user` is the client's 400, with a receipt that
+        // records the model with U+FFFD (PostgreSQL refused the NUL: the answer was a 503).
+        for (body, field) in [
+            (&br#"{"model":"gpt-4o\u0000x","messages":[]}"#[..], "`model`"),
+            (&br#"{"model":"gpt-4o","messages":[],"user":"u\u0000"}"#[..], "`user`"),
+        ] {
+            let r = g.post_gw("/v1/chat/completions", &k, body);
+            assert_400(&r, field);
+            let receipt = g.receipt_of(&r);
+            assert!(!receipt["model"].as_str().unwrap().contains('\0'), "{receipt}");
+        }
+        assert_eq!(
+            g.receipt_of(&g.post_gw("/v1/chat/completions", &k, br#"{"model":"gpt\u0000"}"#))["model"],
+            "gpt\u{FFFD}"
+        );
+    }
+}
+
 #[test]
 fn oversized_management_bodies_get_413() {
     let g = Gateway::start(&Backend::Sqlite, &[]);

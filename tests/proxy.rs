@@ -61,11 +61,16 @@ fn openai_and_anthropic_calls_are_proxied_with_the_provider_credential() {
         assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
         assert!(seen.header("authorization").is_none());
 
-        // claude-* on the OpenAI route goes to Anthropic's OpenAI-compatible endpoint.
-        let r = g.post_gw("/v1/chat/completions", &g.key, br#"{"model":"claude-sonnet-4-5","messages":[]}"#);
-        assert_eq!(r.status, 200);
+        // claude-* on the OpenAI route is translated to Anthropic's Messages API.
+        let r = g.post_gw(
+            "/v1/chat/completions",
+            &g.key,
+            br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["object"], "chat.completion");
         let seen = up.requests().pop().unwrap();
-        assert_eq!((seen.path.as_str(), seen.header("x-api-key")), ("/v1/chat/completions", Some(ANTHROPIC_SECRET)));
+        assert_eq!((seen.path.as_str(), seen.header("x-api-key")), ("/v1/messages", Some(ANTHROPIC_SECRET)));
 
         assert_no_client_key(&up);
         assert!(!g.logs().contains(PROVIDER_SECRET) && !g.logs().contains(&g.key), "no secret in the logs");

@@ -1,6 +1,7 @@
-# Sourced (not run) by scripts/run, scripts/test and .ci/run: installs what the build and the
-# tests need when it is missing, so the README's commands work on a fresh machine. The one place
-# that knows these tools; the callers only call ensure_build_tools / ensure_python_venv.
+# Sourced (not run) by scripts/run, scripts/test, .ci/run and packaging/*.sh: installs what the
+# build and the tests need when it is missing, so the README's commands work on a fresh machine.
+# The one place that knows these tools; the callers only call ensure_build_tools /
+# ensure_python_venv / ensure_cargo_deb / ensure_deb_test_tools.
 #
 # Why cmake at all: pingora-core depends on flate2 with its `zlib-ng` feature, and libz-ng-sys
 # (zlib-ng's native API) has one build script, which drives cmake. Cargo cannot switch a feature
@@ -108,6 +109,34 @@ ensure_cargo() {
 
 ensure_build_tools() {
   ensure_cargo && ensure_cc && ensure_cmake
+}
+
+# cargo-deb builds the Debian package (packaging/build-deb.sh). When `cargo deb` is missing it is
+# compiled from crates.io into TOLLGATE_TOOLS_DIR (about a minute, once), with the versions of
+# its own lock file (--locked), and put on PATH.
+TOLLGATE_CARGO_DEB_VERSION="${TOLLGATE_CARGO_DEB_VERSION:-3.8.0}"
+ensure_cargo_deb() {
+  [ -x "$TOLLGATE_TOOLS_DIR/bin/cargo-deb" ] && _setup_use_tools
+  cargo deb --version >/dev/null 2>&1 && return 0
+  _setup_say "installing cargo-deb $TOLLGATE_CARGO_DEB_VERSION from crates.io into $TOLLGATE_TOOLS_DIR"
+  cargo install --quiet --locked --root "$TOLLGATE_TOOLS_DIR" cargo-deb --version "$TOLLGATE_CARGO_DEB_VERSION" \
+    || { _setup_say "could not install cargo-deb (cargo install cargo-deb)"; return 1; }
+  _setup_use_tools
+}
+
+# What packaging/test-deb.sh needs beside the build: `systemd-analyze` (Debian's systemd package,
+# which installs in a container where systemd does not run) and the package's own dependencies,
+# which `dpkg -i` does not fetch.
+ensure_deb_test_tools() {
+  local missing=() pkg
+  command -v systemd-analyze >/dev/null || missing+=(systemd)
+  for pkg in adduser ca-certificates; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} = 0 ] && return 0
+  _setup_apt_install "${missing[@]}" && return 0
+  _setup_say "could not install ${missing[*]} (apt-get install ${missing[*]}); retry after installing them"
+  return 1
 }
 
 # The SDK test suite makes a venv in .venv; Debian splits venv/ensurepip into python3-venv.

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::memo::{self, MemoKey, SpanMemo};
@@ -14,6 +15,7 @@ use super::{DISCLAIMER, SCOPE};
 use crate::receipts::canonical::{self, GENESIS};
 use crate::receipts::merkle;
 use crate::receipts::signer::{RegisteredKey, Signer};
+use crate::receipts::CheckName;
 use crate::store::receipts::StoredReceipt;
 use crate::store::{self, Store, StoreError};
 
@@ -193,6 +195,85 @@ fn pct(part: u64, whole: u64) -> f64 {
     (part as f64 * 10_000.0 / whole as f64).round() / 100.0
 }
 
+/// The attestation document (seed "Attestation"): what a period's receipts prove, and the
+/// signed Merkle root that fixes them.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Attestation<'a> {
+    pub version: &'static str,
+    pub tenant_id: &'a str,
+    pub generated_at: &'a str,
+    pub scope: &'static str,
+    pub disclaimer: &'static str,
+    pub period: &'a Period,
+    pub totals: Totals,
+    pub verification: Verification,
+    pub check_coverage: Vec<CheckCoverage>,
+    /// One summary per pack in force (`GET /v1/compliance/packs`).
+    #[schema(value_type = Vec<super::pack::PackSummary>)]
+    pub packs_in_force: Value,
+    pub pack_versions_observed: &'a [String],
+    pub signing_key_ids: &'a [String],
+    pub merkle: MerkleRoot,
+    pub anchor: Anchor,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    pub receipts: u64,
+    pub model_receipts: u64,
+    pub tool_receipts: u64,
+    pub chain_verified_count: u64,
+    pub signatures_verified_count: u64,
+    pub policy_evaluated: u64,
+    pub policy_evaluated_pct: f64,
+    pub enforcement_actions: u64,
+    pub upstream_failures: u64,
+    pub chain_verified: bool,
+    pub signatures_verified: bool,
+}
+
+/// Where the walk found the chain or a signature broken; null when nowhere.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    pub broken_at_seq: Option<u64>,
+    pub gap_at_seq: Option<u64>,
+    pub bad_signature_at_seq: Option<u64>,
+}
+
+/// How many receipts ran a check, of those it applies to.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckCoverage {
+    #[schema(value_type = String)]
+    pub name: CheckName,
+    pub receipts: u64,
+    pub applicable_receipts: u64,
+    pub pct: f64,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MerkleRoot {
+    pub algorithm: &'static str,
+    pub leaf_count: u64,
+    pub root: String,
+}
+
+/// The signed tree head of the period.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Anchor {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub root: String,
+    pub key_id: String,
+    pub signature: String,
+    pub note: &'static str,
+}
+
 /// The attestation document for a walked period.
 pub fn document(
     tenant: &str,
@@ -208,52 +289,49 @@ pub fn document(
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.encode(signer.sign(&head))
     };
-    let coverage: Vec<Value> = w
+    let check_coverage = w
         .coverage
         .iter()
-        .map(|(name, c)| {
-            json!({"name": name, "receipts": c.receipts, "applicableReceipts": c.applicable,
-                   "pct": pct(c.receipts, c.applicable)})
+        .map(|(name, c)| CheckCoverage {
+            name: *name,
+            receipts: c.receipts,
+            applicable_receipts: c.applicable,
+            pct: pct(c.receipts, c.applicable),
         })
         .collect();
-    json!({
-        "version": VERSION,
-        "tenantId": tenant,
-        "generatedAt": generated_at,
-        "scope": SCOPE,
-        "disclaimer": DISCLAIMER,
-        "period": period,
-        "totals": {
-            "receipts": w.receipts,
-            "modelReceipts": w.model_receipts,
-            "toolReceipts": w.tool_receipts,
-            "chainVerifiedCount": w.chain_verified_count,
-            "signaturesVerifiedCount": w.signatures_verified_count,
-            "policyEvaluated": w.policy_evaluated,
-            "policyEvaluatedPct": pct(w.policy_evaluated, w.receipts),
-            "enforcementActions": w.enforcement_actions,
-            "upstreamFailures": w.upstream_failures,
-            "chainVerified": w.chain_verified(),
-            "signaturesVerified": w.signatures_verified(),
+    let doc = Attestation {
+        version: VERSION,
+        tenant_id: tenant,
+        generated_at,
+        scope: SCOPE,
+        disclaimer: DISCLAIMER,
+        period,
+        totals: Totals {
+            receipts: w.receipts,
+            model_receipts: w.model_receipts,
+            tool_receipts: w.tool_receipts,
+            chain_verified_count: w.chain_verified_count,
+            signatures_verified_count: w.signatures_verified_count,
+            policy_evaluated: w.policy_evaluated,
+            policy_evaluated_pct: pct(w.policy_evaluated, w.receipts),
+            enforcement_actions: w.enforcement_actions,
+            upstream_failures: w.upstream_failures,
+            chain_verified: w.chain_verified(),
+            signatures_verified: w.signatures_verified(),
         },
-        "verification": {
-            "brokenAtSeq": w.broken_at_seq,
-            "gapAtSeq": w.gap_at_seq,
-            "badSignatureAtSeq": w.bad_signature_at_seq,
+        verification: Verification {
+            broken_at_seq: w.broken_at_seq,
+            gap_at_seq: w.gap_at_seq,
+            bad_signature_at_seq: w.bad_signature_at_seq,
         },
-        "checkCoverage": coverage,
-        "packsInForce": packs_in_force,
-        "packVersionsObserved": w.pack_versions,
-        "signingKeyIds": w.key_ids,
-        "merkle": {"algorithm": MERKLE_ALGORITHM, "leafCount": w.leaf_count, "root": root},
-        "anchor": {
-            "type": ANCHOR_TYPE,
-            "root": root,
-            "keyId": signer.key_id,
-            "signature": signature,
-            "note": ANCHOR_NOTE,
-        },
-    })
+        check_coverage,
+        packs_in_force,
+        pack_versions_observed: &w.pack_versions,
+        signing_key_ids: &w.key_ids,
+        merkle: MerkleRoot { algorithm: MERKLE_ALGORITHM, leaf_count: w.leaf_count, root: root.clone() },
+        anchor: Anchor { kind: ANCHOR_TYPE, root, key_id: signer.key_id.clone(), signature, note: ANCHOR_NOTE },
+    };
+    serde_json::to_value(doc).unwrap_or_default()
 }
 
 pub fn now_rfc3339() -> String {

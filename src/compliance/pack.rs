@@ -35,14 +35,15 @@ pub const BASELINE_FILES: [(&str, &str); 5] = [
 
 const MAX_CONTROLS: usize = 1000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = PackStatus)]
 pub enum Status {
     Draft,
     Reviewed,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Coverage {
     Enforced,
@@ -50,8 +51,9 @@ pub enum Coverage {
     External,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = PackSource)]
 pub enum Source {
     Baseline,
     Tenant,
@@ -73,7 +75,7 @@ impl Source {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Control {
     pub id: String,
@@ -115,7 +117,9 @@ pub struct Pack {
     pub raw: Arc<str>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// How many controls a pack has, by coverage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = PackSummaryCounts)]
 pub struct Summary {
     pub enforced: usize,
     pub partial: usize,
@@ -329,17 +333,39 @@ impl PackSet {
     }
 
     /// `packsInForce` of the attestation and the pack list: one summary per pack.
-    pub fn in_force(&self) -> Vec<serde_json::Value> {
-        self.packs.iter().map(|p| summary_json(p)).collect()
+    pub fn in_force(&self) -> Vec<PackSummary<'_>> {
+        self.packs.iter().map(|p| PackSummary::of(p)).collect()
     }
 }
 
 /// A pack without its controls.
-pub fn summary_json(p: &Pack) -> serde_json::Value {
-    serde_json::json!({
-        "framework": p.framework, "version": p.version, "title": p.title, "status": p.status,
-        "effectiveDate": p.effective_date, "packHash": p.hash, "source": p.source, "summary": p.summary(),
-    })
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PackSummary<'a> {
+    pub framework: &'a str,
+    pub version: &'a str,
+    pub title: &'a str,
+    pub status: Status,
+    pub effective_date: &'a str,
+    /// SHA-256 hex of the pack's YAML.
+    pub pack_hash: &'a str,
+    pub source: Source,
+    pub summary: Summary,
+}
+
+impl<'a> PackSummary<'a> {
+    pub fn of(p: &'a Pack) -> PackSummary<'a> {
+        PackSummary {
+            framework: &p.framework,
+            version: &p.version,
+            title: &p.title,
+            status: p.status,
+            effective_date: &p.effective_date,
+            pack_hash: &p.hash,
+            source: p.source,
+            summary: p.summary(),
+        }
+    }
 }
 
 /// `ps-` + the first 12 hex digits of SHA-256 over `framework\npackHash\n` of each member,

@@ -24,7 +24,7 @@ pub const MAX_DAYS: u32 = 3650;
 
 /// A resolved period (the seed's `period` object). Empty when `to_seq < from_seq`
 /// (then `from_seq - 1 == to_seq` is the last receipt before it).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Period {
     pub label: String,

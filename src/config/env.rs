@@ -31,13 +31,7 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
         cfg.policies.dir = v.into();
     }
     number(var, "TOLLGATE_POLICY_WATCH_MS", &mut cfg.policies.watch_ms)?;
-    if let Some(v) = var("TOLLGATE_STAMP_PACK_VERSION") {
-        cfg.compliance.stamp_pack_version = match v.trim() {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            _ => return Err(invalid("TOLLGATE_STAMP_PACK_VERSION", "must be true, false, 1 or 0")),
-        };
-    }
+    flag(var, "TOLLGATE_STAMP_PACK_VERSION", &mut cfg.compliance.stamp_pack_version)?;
     if let Some(v) = var("TOLLGATE_RECEIPTS_COMMIT") {
         cfg.receipts.commit = match v.trim() {
             "before_answer" => super::CommitMode::BeforeAnswer,
@@ -47,7 +41,27 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     }
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
-    Ok(())
+    telemetry(cfg, var)
+}
+
+/// Tollgate's own variables first; the standard OpenTelemetry ones are honoured where an
+/// OpenTelemetry-aware deployment (an operator, a compose file) sets them for every service:
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` only when nothing of Tollgate's names an endpoint,
+/// `OTEL_SDK_DISABLED=true` turns tracing off whatever else says.
+fn telemetry(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
+    let t = &mut cfg.telemetry;
+    text(var, "TOLLGATE_OTLP_ENDPOINT", &mut t.otlp_endpoint);
+    if t.otlp_endpoint.trim().is_empty() {
+        text(var, "OTEL_EXPORTER_OTLP_ENDPOINT", &mut t.otlp_endpoint);
+    }
+    t.otlp_endpoint = t.otlp_endpoint.trim().to_string();
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        t.otlp_endpoint.clear();
+    }
+    if let Some(v) = var("OTEL_SERVICE_NAME").filter(|v| !v.trim().is_empty()) {
+        t.service_name = v.trim().to_string();
+    }
+    flag(var, "TOLLGATE_OTLP_CAPTURE_PROMPTS", &mut t.capture_prompts)
 }
 
 fn invalid(name: &str, msg: &str) -> ConfigError {
@@ -64,6 +78,17 @@ fn listen(var: Lookup, name: &str, slot: &mut ListenAddr) -> Result<(), ConfigEr
 fn number<T: std::str::FromStr>(var: Lookup, name: &str, slot: &mut T) -> Result<(), ConfigError> {
     if let Some(v) = var(name) {
         *slot = v.trim().parse().map_err(|_| invalid(name, &format!("`{v}` is not a whole number")))?;
+    }
+    Ok(())
+}
+
+fn flag(var: Lookup, name: &str, slot: &mut bool) -> Result<(), ConfigError> {
+    if let Some(v) = var(name) {
+        *slot = match v.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => return Err(invalid(name, "must be true, false, 1 or 0")),
+        };
     }
     Ok(())
 }

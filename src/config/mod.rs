@@ -32,6 +32,7 @@ pub struct Config {
     pub policies: PoliciesSection,
     pub compliance: ComplianceSection,
     pub receipts: ReceiptsSection,
+    pub telemetry: TelemetrySection,
 }
 
 /// When a request's receipt is committed relative to its answer.
@@ -59,6 +60,27 @@ pub struct ReceiptsSection {
 impl Default for ReceiptsSection {
     fn default() -> Self {
         ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000, wal_checkpoint_ms: 200 }
+    }
+}
+
+/// OpenTelemetry traces (`telemetry`): one span per gateway request, exported over OTLP/HTTP.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    /// The collector's OTLP/HTTP base URL (`/v1/traces` is appended unless the path already ends
+    /// with it). Empty: tracing is off and the request path only tests an `Option`.
+    pub otlp_endpoint: String,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+    /// Put the prompt (the request's `messages` and `system`, as sent upstream, after redaction)
+    /// on the span as `gen_ai.input.messages` / `gen_ai.system_instructions`. Prompts are
+    /// often personal data: off unless an operator turns it on.
+    pub capture_prompts: bool,
+}
+
+impl Default for TelemetrySection {
+    fn default() -> Self {
+        TelemetrySection { otlp_endpoint: String::new(), service_name: "tollgate".into(), capture_prompts: false }
     }
 }
 
@@ -257,6 +279,7 @@ impl Default for Config {
             providers: ProvidersSection::default(),
             compliance: ComplianceSection::default(),
             receipts: ReceiptsSection::default(),
+            telemetry: TelemetrySection::default(),
             routes: vec![
                 route("gpt-*", OpenAi),
                 route("chatgpt-*", OpenAi),
@@ -266,6 +289,8 @@ impl Default for Config {
                 route("text-embedding-*", OpenAi),
                 route("omni-moderation-*", OpenAi),
                 route("claude-*", Anthropic),
+                route("bedrock/*", ProviderName::Bedrock),
+                route("vertex/*", ProviderName::Vertex),
             ],
             pricing: BTreeMap::new(),
             policies: PoliciesSection::default(),
@@ -373,6 +398,19 @@ impl Config {
                 return bad(&format!("providers.{name}.base_url"), &e);
             }
         }
+        // Pingora binds with SO_REUSEPORT, so two services on one address would both start and
+        // the kernel would split connections between them (seen: a management call answered by
+        // the gateway). Refuse it at start instead.
+        let l = &self.listen;
+        let addrs = [("listen.gateway", l.gateway.0), ("listen.management", l.management.0), ("listen.metrics", l.metrics.0)];
+        for (i, (a_name, a)) in addrs.iter().enumerate() {
+            for (b_name, b) in &addrs[i + 1..] {
+                let same_ip = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
+                if a.port() == b.port() && same_ip {
+                    return bad(b_name, &format!("`{b}` is already the address of `{a_name}`; each listener needs its own"));
+                }
+            }
+        }
         let (cert, key) = (&self.listen.tls_cert_file, &self.listen.tls_key_file);
         if cert.is_empty() != key.is_empty() {
             return bad("listen.tls_cert_file", "set both tls_cert_file and tls_key_file, or neither");
@@ -386,6 +424,11 @@ impl Config {
         }
         if self.policies.watch_ms == 0 {
             return bad("policies.watch_ms", "must be greater than 0");
+        }
+        if !self.telemetry.otlp_endpoint.is_empty() {
+            if let Err(e) = crate::telemetry::traces_url(&self.telemetry.otlp_endpoint) {
+                return bad("telemetry.otlp_endpoint", &e);
+            }
         }
         for (model, price) in &self.pricing {
             if !(price.input >= 0.0 && price.output >= 0.0) {
@@ -462,6 +505,19 @@ mod tests {
     }
 
     #[test]
+    fn two_listeners_on_one_address_are_refused() {
+        let mut c = Config::default();
+        c.listen.gateway = ListenAddr::parse("127.0.0.1:8080").unwrap();
+        c.listen.management = c.listen.gateway.clone();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("listen.management") && e.contains("listen.gateway"), "{e}");
+        c.listen.management = ListenAddr::parse("0.0.0.0:8080").unwrap();
+        assert!(c.validate().is_err(), "0.0.0.0 covers 127.0.0.1");
+        c.listen.management = ListenAddr::parse("127.0.0.2:8080").unwrap();
+        assert!(c.validate().is_ok(), "another address on the same port is fine");
+    }
+
+    #[test]
     fn a_request_body_names_its_position_in_words() {
         let y = "server:\n  threads: 2\n  colour: red\n";
         let e = parse_yaml::<Config>(y, Origin::Body).unwrap_err().to_string();
@@ -484,5 +540,31 @@ mod tests {
         let bad = |k: &str| (k == "TOLLGATE_UPSTREAM_READ_TIMEOUT_MS").then(|| "soon".to_string());
         let e = env::apply(&mut c, &bad).unwrap_err().to_string();
         assert!(e.contains("TOLLGATE_UPSTREAM_READ_TIMEOUT_MS"), "{e}");
+        let bad = |k: &str| (k == "TOLLGATE_OTLP_CAPTURE_PROMPTS").then(|| "yes".to_string());
+        let e = env::apply(&mut c, &bad).unwrap_err().to_string();
+        assert!(e.contains("TOLLGATE_OTLP_CAPTURE_PROMPTS"), "{e}");
+    }
+
+    /// Tollgate's own variable and file first; the standard OpenTelemetry ones fill in, and
+    /// `OTEL_SDK_DISABLED` turns tracing off.
+    #[test]
+    fn telemetry_env_precedence() {
+        let traced = |file: &str, vars: &[(&str, &str)]| {
+            let mut c = Config::default();
+            c.telemetry.otlp_endpoint = file.into();
+            let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            env::apply(&mut c, &|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap();
+            c.telemetry
+        };
+        let std_endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://std:4318");
+        assert_eq!(traced("", &[]).otlp_endpoint, "", "off by default");
+        assert_eq!(traced("", &[std_endpoint]).otlp_endpoint, "http://std:4318");
+        assert_eq!(traced("http://file:4318", &[std_endpoint]).otlp_endpoint, "http://file:4318");
+        let ours = ("TOLLGATE_OTLP_ENDPOINT", "http://ours:4318");
+        assert_eq!(traced("http://file:4318", &[ours, std_endpoint]).otlp_endpoint, "http://ours:4318");
+        assert_eq!(traced("", &[ours, ("OTEL_SDK_DISABLED", "TRUE")]).otlp_endpoint, "");
+        let t = traced("", &[("OTEL_SERVICE_NAME", "gw-eu"), ("TOLLGATE_OTLP_CAPTURE_PROMPTS", "1")]);
+        assert_eq!((t.service_name.as_str(), t.capture_prompts), ("gw-eu", true));
+        assert!(!Config::default().telemetry.capture_prompts);
     }
 }

@@ -26,11 +26,14 @@ use crate::config::{CommitMode, ProviderName};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::{self, METRICS};
 use crate::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
-use crate::providers::{self, Usage};
+use crate::providers::{self, Dialect, Target, Usage};
 use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, CheckName, CheckResult, Draft, Kind};
 use crate::snapshot::{KeyEntry, Snapshot};
+use crate::telemetry::RequestSpan;
+use crate::translate;
 use crate::upstream::{UpstreamClient, UpstreamError};
+use bytes::Bytes;
 use ending::Ending;
 pub use relay::UpstreamOutcome;
 use routes::Route;
@@ -56,6 +59,9 @@ pub struct Ctx {
     request_id: String,
     receipt_id: String,
     end_user: Option<String>,
+    /// This request's span when tracing is on. Before `_in_flight`: a span never finished still
+    /// ends (on drop) before shutdown can see the request as done and flush the exporter.
+    trace: Option<RequestSpan>,
     /// Keeps the receipt writer from finishing its shutdown drain while this request runs.
     _in_flight: InFlight,
     route: Option<Route>,
@@ -163,6 +169,13 @@ struct Admitted {
     parsed: request::ParsedRequest,
 }
 
+impl Admitted {
+    /// An OpenAI-shaped request for a provider that speaks another API.
+    fn translated(&self) -> bool {
+        self.route == Route::ChatCompletions && providers::provider(self.parsed.provider).dialect() != Dialect::OpenAi
+    }
+}
+
 impl Gateway {
     /// Runs one request up to its ending; an `Err` is answered as an envelope.
     async fn handle(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Ending, ApiError> {
@@ -193,15 +206,17 @@ impl Gateway {
         key.touch();
         ctx.end_user = header_str(session, "x-tollgate-actor");
 
+        let path_model = route.path_model(session.req_header().uri.path());
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
-        let parsed = match request::parse(route, raw, &ctx.snap, &mut ctx.model) {
+        let parsed = match &path_model {
+            Some(m) => request::parse_native(route, raw, m, &mut ctx.model),
+            None => request::parse(route, raw, &ctx.snap, &mut ctx.model),
+        };
+        let parsed = match parsed {
             Ok(p) => p,
             Err(e) => {
                 // A refused request still names the provider its model routes to, when known.
-                ctx.provider = match route {
-                    Route::Messages => Some(ProviderName::Anthropic),
-                    _ => ctx.snap.route(&ctx.model),
-                };
+                ctx.provider = route.native_provider().or_else(|| ctx.snap.route(&ctx.model));
                 return Err(e);
             }
         };
@@ -245,7 +260,8 @@ impl Gateway {
         ctx.body_changed = ex.body_changed;
         // The request checks are done with the body: it moves on to the upstream when the
         // gateway must edit it (a redaction, or a stream that must report usage).
-        let json = (ex.body_changed || (ex.stream && a.route == Route::ChatCompletions)).then(|| ex.body.take_json());
+        let json = (ex.body_changed || (ex.stream && a.route == Route::ChatCompletions) || a.translated())
+            .then(|| ex.body.take_json());
         ctx.exchange = Some(ex);
         (step, json)
     }
@@ -258,7 +274,9 @@ impl Gateway {
         a: Admitted,
         mut json: Option<serde_json::Value>,
     ) -> Result<Ending, ApiError> {
+        let translated = a.translated();
         let Admitted { route, key, parsed } = a;
+        let provider = providers::provider(parsed.provider);
         let cred = ctx.snap.provider(key.tenant_id(), parsed.provider).cloned().ok_or_else(|| {
             ApiError::new(
                 ErrorKind::NotConfigured,
@@ -268,34 +286,53 @@ impl Gateway {
                 ),
             )
         })?;
-        let api_key = cred.api_key.as_ref().ok_or_else(|| {
-            ApiError::new(ErrorKind::NotConfigured, format!("provider {} has no api_key", parsed.provider))
-        })?;
-
+        // The model the provider addresses by id (Bedrock's path, a translated call); the other
+        // calls carry it in the client's body, and build nothing here.
+        let by_id = translated || matches!(route, Route::Converse | Route::ConverseStream);
+        let model =
+            if by_id { request::upstream_model(parsed.provider, &ctx.model).to_string() } else { String::new() };
+        let (body, hide_usage_chunk) = if translated {
+            let j = json.take().unwrap_or_default();
+            let hide = parsed.stream && !translate::include_usage(&j);
+            let native = provider.request_from_openai(&j, &model)?;
+            (Bytes::from(serde_json::to_vec(&native).unwrap_or_default()), hide)
+        } else {
+            let mut hide = false;
+            if let Some(j) = json.as_mut() {
+                if parsed.stream && route == Route::ChatCompletions {
+                    hide = providers::ensure_stream_usage(j);
+                }
+            }
+            let edited = json.filter(|_| ctx.body_changed || hide);
+            (relay::body_for_upstream(&parsed.raw, edited.as_ref()), hide)
+        };
+        // Vertex's own path, as the client addressed it (its project, region and query).
+        let native_path = matches!(route, Route::Generate | Route::GenerateStream).then(|| {
+            routes::vertex_upstream_path(session.req_header().uri.path_and_query().map_or("", |p| p.as_str()))
+        });
+        let target = match (&native_path, route) {
+            (Some(path), _) => Target::Native { path, stream: parsed.stream },
+            (None, Route::Converse | Route::ConverseStream) => Target::Model { model: &model, stream: parsed.stream },
+            _ if translated => Target::Model { model: &model, stream: parsed.stream },
+            _ => Target::Path(route.upstream_path()),
+        };
+        if let Some(t) = ctx.trace.as_mut() {
+            t.prompt(&body);
+        }
         let headers = &session.req_header().headers;
         let client_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let anthropic_version = &ctx.snap.config.providers.anthropic.version;
-        let call = providers::upstream_call(
-            parsed.provider,
-            route.upstream_path(),
-            api_key,
-            &client_header,
-            anthropic_version,
-        );
-
-        let mut hide_usage_chunk = false;
-        if let Some(j) = json.as_mut() {
-            if parsed.stream && call.dialect == providers::Dialect::OpenAi && route == Route::ChatCompletions {
-                hide_usage_chunk = providers::ensure_stream_usage(j);
-            }
+        let env = providers::Env { config: &ctx.snap.config, tokens: &self.app.tokens };
+        let mut call = provider.prepare(&env, &cred, target, body, &client_header).await?;
+        if let Some(t) = &ctx.trace {
+            t.propagate(&mut call.headers);
         }
-        let edited = json.filter(|_| ctx.body_changed || hide_usage_chunk);
-        let body = relay::body_for_upstream(&parsed.raw, edited.as_ref());
 
         let sent_at = Instant::now();
         // The upstream leg's futures are boxed: inlined, they made this future ~12 KiB, which
         // Pingora's boxed `request_filter` copied (and allocated) whole for every request.
-        let resp = match Box::pin(self.upstream.send(&cred.base_url, "POST", call.path, &call.headers, body)).await {
+        let resp = match Box::pin(self.upstream.send(&cred.base_url, call.method, &call.path, &call.headers, call.body))
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 ctx.upstream = UpstreamOutcome::from_error(&e);
@@ -315,8 +352,17 @@ impl Gateway {
 
         let headers = ctx.answer_headers();
         let capture_limit = ctx.cx.cache_slot.is_some().then_some(ctx.snap.config.limits.cache_max_entry_bytes);
+        let translation = translated.then(|| relay::Translation {
+            provider,
+            model,
+            id: format!("chatcmpl-{}", ctx.receipt_id),
+            created: chrono::Utc::now().timestamp(),
+        });
         let plan = relay::RelayPlan {
-            dialect: call.dialect,
+            dialect: route.dialect(),
+            wire: provider.dialect(),
+            stream: parsed.stream,
+            translation,
             flavor: route.flavor(),
             provider: parsed.provider.as_str(),
             hide_usage_chunk,
@@ -324,8 +370,12 @@ impl Gateway {
             pipeline: &self.pipeline,
             cx: &mut ctx.cx,
             capture_limit,
+            read_model: ctx.trace.is_some(),
         };
         let relayed = Box::pin(relay::relay(session, resp, plan)).await;
+        if let Some(t) = ctx.trace.as_mut() {
+            t.response_model(relayed.model);
+        }
         ctx.status = relayed.status;
         ctx.upstream = relayed.outcome;
         ctx.usage = relayed.usage;
@@ -352,6 +402,9 @@ impl Gateway {
         }
         self.record_metrics(ctx);
         let draft = ctx.take_draft();
+        if let Some(t) = ctx.trace.as_mut() {
+            t.record(ctx.route.map(Route::operation), draft.as_ref());
+        }
         let (committed, deferred) = match (draft, self.app.config.receipts.commit) {
             (None, _) => (true, None),
             (Some(d), CommitMode::AfterAnswer) => (true, Some(d)),
@@ -428,6 +481,7 @@ impl ProxyHttp for Gateway {
             request_id: String::new(),
             receipt_id: new_id(),
             end_user: None,
+            trace: None,
             _in_flight: self.app.receipts.in_flight(),
             route: None,
             key: None,
@@ -457,6 +511,7 @@ impl ProxyHttp for Gateway {
             .filter(|v| !v.is_empty() && v.len() <= 128)
             .map(str::to_string)
             .unwrap_or_else(new_id);
+        ctx.trace = self.app.telemetry.as_ref().map(|t| t.start(session.req_header(), &ctx.request_id));
         let ending = match self.handle(session, ctx).await {
             Ok(ending) => ending,
             Err(e) => {
@@ -487,6 +542,9 @@ impl ProxyHttp for Gateway {
         let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
         let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };
         metrics::local::request(route, provider, status, ctx.started.elapsed().as_secs_f64());
+        if let Some(t) = ctx.trace.take() {
+            t.finish(status, ctx.error.map(ErrorKind::type_name));
+        }
         if let Some(kind) = ctx.error {
             METRICS.errors.with_label_values(&[kind.type_name(), "gateway"]).inc();
         }

@@ -13,8 +13,11 @@ use super::sse::{event_data, SseSplitter};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::guardrails::{event_text, set_event_text};
 use crate::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
+use crate::providers::bedrock::eventstream;
 use crate::providers::usage::{self, Dialect, Usage};
+use crate::providers::Provider;
 use crate::receipts::{CheckResult, UpstreamStatus};
+use crate::translate::ChunkTranslator;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// How the upstream leg ended, for metrics and the receipt.
@@ -56,12 +59,44 @@ pub struct Relayed {
     pub outcome: UpstreamOutcome,
     /// The answer as the client gets it, when it was asked for (cache) and complete.
     pub captured: Option<Cached>,
+    /// The model the provider says answered, when [`RelayPlan::read_model`] asked for it.
+    pub model: Option<String>,
     pub ending: Ending,
+}
+
+impl Relayed {
+    /// An answer the relay has not finished: failed and cut off unless it gets further.
+    fn unfinished(status: u16) -> Relayed {
+        Relayed {
+            status,
+            usage: None,
+            outcome: UpstreamOutcome::Fail,
+            captured: None,
+            model: None,
+            ending: Ending::Abort,
+        }
+    }
+}
+
+/// An answer to put into OpenAI's shape: the provider that gives it, and what the translated
+/// answer says of itself.
+pub struct Translation {
+    pub provider: &'static dyn Provider,
+    /// The model id the provider served.
+    pub model: String,
+    pub id: String,
+    pub created: i64,
 }
 
 /// How the answer is to be relayed.
 pub struct RelayPlan<'a> {
+    /// What the client speaks.
     pub dialect: Dialect,
+    /// What the upstream speaks (the client's dialect unless the answer is translated).
+    pub wire: Dialect,
+    /// The client asked for a stream.
+    pub stream: bool,
+    pub translation: Option<Translation>,
     pub flavor: Flavor,
     /// The provider's name, for error messages.
     pub provider: &'static str,
@@ -73,6 +108,8 @@ pub struct RelayPlan<'a> {
     pub cx: &'a mut Ctx,
     /// Keep a copy of the answer up to this size (for the cache).
     pub capture_limit: Option<usize>,
+    /// Read the answering model from the answer (for the trace; off, it costs nothing).
+    pub read_model: bool,
 }
 
 /// Non-streamed answers are held whole up to this size: their last byte waits for the receipt,
@@ -86,18 +123,19 @@ const ERROR_BODY_CAP: usize = 64 << 10;
 const HOP_HEADERS: &[&str] =
     &["connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "alt-svc", "proxy-connection"];
 
-fn answer_header(
-    resp: &UpstreamResponse<'_>,
-    status: u16,
-    plan_headers: &[(&'static str, String)],
-) -> Option<ResponseHeader> {
-    let mut header = ResponseHeader::build(status, Some(resp.header().headers.len() + plan_headers.len() + 1)).ok()?;
+fn answer_header(resp: &UpstreamResponse<'_>, status: u16, plan: &RelayPlan<'_>) -> Option<ResponseHeader> {
+    let mut header = ResponseHeader::build(status, Some(resp.header().headers.len() + plan.headers.len() + 1)).ok()?;
     for (name, value) in resp.header().headers.iter() {
         if !HOP_HEADERS.contains(&name.as_str()) {
             let _ = header.append_header(name.clone(), value.clone());
         }
     }
-    for (k, v) in plan_headers {
+    if plan.translation.is_some() {
+        // The answer is the client's format now, not the provider's.
+        let content_type = if plan.stream { "text/event-stream" } else { "application/json" };
+        let _ = header.insert_header(http::header::CONTENT_TYPE, content_type);
+    }
+    for (k, v) in plan.headers {
         let _ = header.insert_header(*k, v.as_str());
     }
     Some(header)
@@ -111,12 +149,18 @@ pub async fn relay(session: &mut Session, resp: UpstreamResponse<'_>, plan: Rela
     if !resp.header().status.is_success() {
         return relay_refusal(resp, plan).await;
     }
-    if content_type(&resp).starts_with("text/event-stream") {
+    let content_type = content_type(&resp);
+    if content_type.starts_with("text/event-stream") || (plan.stream && plan.translation.is_some()) {
         relay_events(session, resp, plan).await
+    } else if content_type.starts_with(EVENT_STREAM) {
+        relay_frames(session, resp, plan).await
     } else {
         relay_body(session, resp, plan).await
     }
 }
+
+/// AWS event-stream framing (Bedrock's `converse-stream`).
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
 
 /// A provider's error answer, in the gateway's envelope: a 5xx becomes 502 `upstream_error`, a
 /// 4xx keeps its status (and `Retry-After`); the provider's status and message are in `message`.
@@ -140,6 +184,7 @@ async fn relay_refusal(mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> R
         usage: None,
         outcome: UpstreamOutcome::Fail,
         captured: None,
+        model: None,
         ending: Ending::error(&e, plan.flavor, plan.headers.to_vec()),
     }
 }
@@ -161,8 +206,7 @@ fn provider_message(body: &[u8]) -> Option<String> {
 /// A non-streamed answer: held whole (it is small), checked, and handed back as the ending.
 async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
     let status = resp.header().status.as_u16();
-    let mut out =
-        Relayed { status, usage: None, outcome: UpstreamOutcome::Fail, captured: None, ending: Ending::Abort };
+    let mut out = Relayed::unfinished(status);
     let mut kept: Vec<Bytes> = Vec::new();
     let mut kept_len = 0usize;
     loop {
@@ -191,7 +235,21 @@ async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan:
         _ => Bytes::from(kept.concat()),
     };
     out.outcome = UpstreamOutcome::Pass;
-    out.usage = usage::from_json_bytes(plan.dialect, &body);
+    out.usage = usage::from_json_bytes(plan.wire, &body);
+    let body = match plan.translation.as_ref().map(|t| translate_body(t, &body)) {
+        None => body,
+        Some(Ok(translated)) => translated,
+        Some(Err(e)) => {
+            out.outcome = UpstreamOutcome::Fail;
+            out.status = e.status();
+            out.ending = Ending::error(&e, plan.flavor, plan.headers.to_vec());
+            resp.release().await;
+            return out;
+        }
+    };
+    if plan.read_model {
+        out.model = usage::answer_model(&body);
+    }
     let mut sent = body;
     if plan.cx.scan_answer {
         // Checks read the bytes; a JSON tree is built only if one of them needs it (to redact).
@@ -212,10 +270,13 @@ async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan:
             }
         }
     }
-    let Some(mut header) = answer_header(&resp, status, plan.headers) else { return out };
+    let Some(mut header) = answer_header(&resp, status, &plan) else { return out };
     let _ = header.insert_header(http::header::CONTENT_LENGTH, sent.len().to_string());
     if plan.capture_limit.is_some_and(|l| sent.len() <= l) {
-        let content_type = content_type(&resp);
+        let content_type = match plan.translation {
+            Some(_) => "application/json".to_string(),
+            None => content_type(&resp),
+        };
         out.captured =
             Some(Cached { status, content_type, body: sent.clone(), usage: Usage::default(), cost_usd: 0.0 });
     }
@@ -228,13 +289,36 @@ async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan:
 /// Its usage is not read (no provider reports usage in answers this size) and it is not cached.
 async fn relay_large_body(
     session: &mut Session,
-    mut resp: UpstreamResponse<'_>,
+    resp: UpstreamResponse<'_>,
     plan: RelayPlan<'_>,
     kept: Vec<Bytes>,
-    mut out: Relayed,
+    out: Relayed,
 ) -> Relayed {
-    let upstream_len = resp.header().headers.get(http::header::CONTENT_LENGTH).cloned();
-    let Some(mut header) = answer_header(&resp, out.status, plan.headers) else { return out };
+    relay_passthrough(session, resp, &plan, kept, out, &mut Piece::Pass).await
+}
+
+/// What a passthrough relay does with one chunk.
+enum Piece {
+    /// Send these bytes (none, when a check holds them back).
+    Pass(Bytes),
+    /// The answer ends with these bytes (a check refused it): nothing more is read.
+    End(Bytes),
+}
+
+/// Relays an answer's bytes as they come (`kept` first), each shown to `inspect`, the last
+/// chunk held back as the ending.
+async fn relay_passthrough(
+    session: &mut Session,
+    mut resp: UpstreamResponse<'_>,
+    plan: &RelayPlan<'_>,
+    kept: Vec<Bytes>,
+    mut out: Relayed,
+    transform: &mut (dyn FnMut(Bytes) -> Piece + Send),
+) -> Relayed {
+    // A relay that may rewrite chunks cannot promise the upstream's length.
+    let upstream_len =
+        resp.header().headers.get(http::header::CONTENT_LENGTH).cloned().filter(|_| !plan.cx.scan_answer);
+    let Some(mut header) = answer_header(&resp, out.status, plan) else { return out };
     match upstream_len {
         Some(len) => {
             let _ = header.insert_header(http::header::CONTENT_LENGTH, len);
@@ -263,6 +347,22 @@ async fn relay_large_body(
                 }
             },
         };
+        let chunk = match transform(chunk) {
+            Piece::Pass(c) if c.is_empty() => continue,
+            Piece::Pass(c) => c,
+            Piece::End(last) => {
+                if let Some(previous) = held.take() {
+                    if session.write_response_body(Some(previous), false).await.is_err() {
+                        out.ending = Ending::Gone;
+                        return out;
+                    }
+                }
+                out.outcome = UpstreamOutcome::Pass;
+                resp.release().await;
+                out.ending = Ending::Tail { bytes: Some(last), stream: None };
+                return out;
+            }
+        };
         if let Some(previous) = held.replace(chunk) {
             if session.write_response_body(Some(previous), false).await.is_err() {
                 out.ending = Ending::Gone;
@@ -281,9 +381,8 @@ async fn relay_large_body(
 async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
     let status = resp.header().status.as_u16();
     let stream = Some((plan.dialect, plan.flavor));
-    let mut out =
-        Relayed { status, usage: None, outcome: UpstreamOutcome::Fail, captured: None, ending: Ending::Abort };
-    let Some(mut header) = answer_header(&resp, status, plan.headers) else { return out };
+    let mut out = Relayed::unfinished(status);
+    let Some(mut header) = answer_header(&resp, status, &plan) else { return out };
     if !session.is_http2() {
         let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
     }
@@ -291,7 +390,12 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
         out.ending = Ending::Gone;
         return out;
     }
-    let content_type = content_type(&resp);
+    let content_type = match plan.translation {
+        Some(_) => "text/event-stream".to_string(),
+        None => content_type(&resp),
+    };
+    let mut translating = plan.translation.as_ref().map(Translating::new);
+    let mut ended = false;
     let mut scanner =
         plan.cx.scan_answer.then_some(EventScanner { pipeline: plan.pipeline, template: None, blocked: None });
     let mut capture = plan.capture_limit.map(|_| BytesMut::new());
@@ -299,9 +403,22 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
     // The closing events ([DONE], message_stop) and what a check released just before them.
     let mut held = BytesMut::new();
     loop {
+        if ended {
+            break;
+        }
         let chunk = match resp.next_chunk().await {
-            Ok(Some(c)) => c,
-            Ok(None) => break,
+            Ok(Some(c)) => match translating.as_mut() {
+                Some(t) => t.push(&c),
+                None => c,
+            },
+            Ok(None) => {
+                // A translated stream's last chunks (usage, `[DONE]`) come once the upstream ends.
+                ended = true;
+                match translating.as_mut() {
+                    Some(t) => t.finish(),
+                    None => break,
+                }
+            }
             Err(e) => {
                 out.outcome = UpstreamOutcome::from_error(&e);
                 log::warn!("upstream broke off mid-stream: {e}");
@@ -312,7 +429,7 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
         };
         let mut forward = BytesMut::new();
         for event in sse.push(&chunk) {
-            if read_event(plan.dialect, &event, &mut out.usage) && plan.hide_usage_chunk {
+            if read_event(plan.dialect, &event, &mut out, plan.read_model) && plan.hide_usage_chunk {
                 continue;
             }
             // Nothing may overtake a held closing event.
@@ -353,7 +470,7 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
     let mut tail = BytesMut::new();
     if let Some(s) = scanner.as_mut() {
         if let Some(rest) = sse.finish() {
-            read_event(plan.dialect, &rest, &mut out.usage);
+            read_event(plan.dialect, &rest, &mut out, plan.read_model);
             s.event(&rest, plan.cx, &mut held);
         }
         s.flush(plan.cx, &mut tail);
@@ -363,7 +480,7 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
             return out;
         }
     } else if let Some(rest) = sse.finish() {
-        read_event(plan.dialect, &rest, &mut out.usage);
+        read_event(plan.dialect, &rest, &mut out, plan.read_model);
         held.extend_from_slice(&rest);
     }
     tail.extend_from_slice(&held);
@@ -387,6 +504,9 @@ fn is_closing(dialect: Dialect, event: &[u8]) -> bool {
     match dialect {
         Dialect::OpenAi => trimmed == b"data: [DONE]" || trimmed == b"data:[DONE]",
         Dialect::Anthropic => trimmed.starts_with(b"event: message_stop") || trimmed.starts_with(b"event:message_stop"),
+        // Gemini's stream has no closing event (its end is the end of the body); Converse
+        // streams are frames, not SSE.
+        Dialect::Converse | Dialect::Gemini => false,
     }
 }
 
@@ -469,22 +589,215 @@ pub fn error_event(dialect: Dialect, flavor: Flavor, e: &ApiError) -> Bytes {
     out.freeze()
 }
 
-/// Folds one event's usage into `acc`; true when the event is OpenAI's usage-only chunk.
-fn read_event(dialect: Dialect, event: &Bytes, acc: &mut Option<Usage>) -> bool {
+/// Folds one event's usage into `out.usage`; true when the event is OpenAI's usage-only chunk.
+/// With `read_model`, also reads the answering model (OpenAI's usage chunk and Anthropic's
+/// `message_start` both name it).
+fn read_event(dialect: Dialect, event: &Bytes, out: &mut Relayed, read_model: bool) -> bool {
     // Parsing every token event would cost more than relaying it; only usage events matter.
-    if memchr_usage(event).is_none() {
+    let marker: &[u8] = if dialect == Dialect::Gemini { b"\"usageMetadata\"" } else { b"\"usage\"" };
+    if !event.windows(marker.len()).any(|w| w == marker) {
         return false;
     }
     let Some(data) = event_data(event) else { return false };
     let Ok(v) = serde_json::from_str::<Value>(&data) else { return false };
-    usage::fold_event(dialect, &v, acc);
+    usage::fold_event(dialect, &v, &mut out.usage);
+    if read_model && out.model.is_none() {
+        out.model = v.get("model").or_else(|| v.pointer("/message/model")).and_then(Value::as_str).map(str::to_string);
+    }
     dialect == Dialect::OpenAi
         && v.get("usage").is_some_and(Value::is_object)
         && v.get("choices").and_then(Value::as_array).is_some_and(|c| c.is_empty())
 }
 
-fn memchr_usage(b: &[u8]) -> Option<usize> {
-    b.windows(7).position(|w| w == b"\"usage\"")
+/// A whole provider answer in OpenAI's shape; an answer that cannot be read is the provider's
+/// failure (502), not the client's.
+fn translate_body(t: &Translation, body: &[u8]) -> Result<Bytes, ApiError> {
+    let broken = |why: String| {
+        log::warn!("{} answer could not be translated: {why}", t.provider.name());
+        ApiError::new(ErrorKind::UpstreamError, format!("{}'s answer could not be read: {why}", t.provider.name()))
+    };
+    let native: Value = serde_json::from_slice(body).map_err(|e| broken(e.to_string()))?;
+    let answer = t.provider.to_openai(&native, &t.model, &t.id, t.created).map_err(|e| broken(e.to_string()))?;
+    Ok(Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()))
+}
+
+/// Upstream stream bytes → the client's SSE bytes (`chat.completion.chunk` events, then
+/// `data: [DONE]`), for a translated stream.
+struct Translating {
+    framing: Framing,
+    chunks: Box<dyn ChunkTranslator>,
+    /// An error object went out: the stream is over, nothing more is written.
+    over: bool,
+}
+
+/// How the upstream frames its events.
+enum Framing {
+    Sse(SseSplitter),
+    Frames(eventstream::Decoder),
+}
+
+impl Translating {
+    fn new(t: &Translation) -> Translating {
+        let framing = match t.provider.dialect() {
+            Dialect::Converse => Framing::Frames(eventstream::Decoder::default()),
+            _ => Framing::Sse(SseSplitter::default()),
+        };
+        Translating { framing, chunks: t.provider.chunk_translator(&t.model, &t.id, t.created), over: false }
+    }
+
+    fn push(&mut self, chunk: &[u8]) -> Bytes {
+        let events = match &mut self.framing {
+            Framing::Sse(s) => s.push(chunk).iter().filter_map(|e| sse_json(e)).collect(),
+            Framing::Frames(d) => d.push(chunk).unwrap_or_else(|e| {
+                log::warn!("bedrock stream could not be decoded: {e}");
+                vec![serde_json::json!({"internalServerException": {"message": "the provider's stream could not be decoded"}})]
+            }),
+        };
+        let mut out = BytesMut::new();
+        for event in events {
+            let chunks = self.chunks.on_event(&event);
+            self.write(&mut out, chunks);
+        }
+        out.freeze()
+    }
+
+    fn finish(&mut self) -> Bytes {
+        let mut out = BytesMut::new();
+        if let Framing::Sse(s) = &mut self.framing {
+            if let Some(event) = s.finish().as_deref().and_then(sse_json) {
+                let chunks = self.chunks.on_event(&event);
+                self.write(&mut out, chunks);
+            }
+        }
+        let chunks = self.chunks.finish();
+        self.write(&mut out, chunks);
+        if !self.over {
+            out.extend_from_slice(b"data: [DONE]\n\n");
+        }
+        out.freeze()
+    }
+
+    fn write(&mut self, out: &mut BytesMut, chunks: Vec<Value>) {
+        for chunk in chunks {
+            if self.over {
+                return;
+            }
+            self.over = chunk.get("error").is_some();
+            write_event(out, "", &chunk);
+        }
+    }
+}
+
+fn sse_json(event: &[u8]) -> Option<Value> {
+    serde_json::from_str(&event_data(event)?).ok()
+}
+
+/// A native Bedrock `converse-stream` answer: its frames pass through as they come, decoded on
+/// the way for usage; the last chunk (the `metadata` frame) is held back as the ending. When an
+/// answer check asked to see the answer, text deltas go through it and the frames are written
+/// anew ([`FrameScanner`]).
+async fn relay_frames(session: &mut Session, resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
+    let out = Relayed::unfinished(resp.header().status.as_u16());
+    let mut decoder = eventstream::Decoder::default();
+    let mut usage: Option<Usage> = None;
+    let mut scanner = plan.cx.scan_answer.then(FrameScanner::default);
+    let pipeline = plan.pipeline;
+    // The checks' state is lent to the scanner for the relay, and the plan keeps a fresh one.
+    let mut cx = std::mem::take(plan.cx);
+    let mut relayed = relay_passthrough(session, resp, &plan, Vec::new(), out, &mut |chunk: Bytes| {
+        let events = match decoder.push(&chunk) {
+            Ok(events) => events,
+            Err(e) => {
+                log::warn!("bedrock stream could not be decoded: {e}");
+                return match scanner {
+                    // What cannot be read cannot be checked: the answer stops here.
+                    Some(_) => Piece::End(Bytes::from(frame(eventstream::encode_exception(
+                        "internalServerException",
+                        &serde_json::json!({"message": "the provider's stream could not be decoded"}),
+                    )))),
+                    None => Piece::Pass(chunk),
+                };
+            }
+        };
+        events.iter().for_each(|e| usage::fold_event(Dialect::Converse, e, &mut usage));
+        match scanner.as_mut() {
+            Some(s) => s.frames(&events, pipeline, &mut cx),
+            None => Piece::Pass(chunk),
+        }
+    })
+    .await;
+    *plan.cx = cx;
+    relayed.usage = usage;
+    relayed
+}
+
+/// Passes a Converse stream's text deltas through the answer-side checks and writes the frames
+/// anew. Text a check holds back is released in a delta of its own just before the block stops.
+#[derive(Default)]
+struct FrameScanner {
+    /// The content block the last text delta was in.
+    block: Option<Value>,
+}
+
+impl FrameScanner {
+    fn frames(&mut self, events: &[Value], pipeline: &Pipeline, cx: &mut Ctx) -> Piece {
+        let mut out = BytesMut::new();
+        for event in events {
+            let Some((kind, payload)) = event.as_object().and_then(|o| o.iter().next()) else { continue };
+            if let Some(text) = payload.pointer("/delta/text").and_then(Value::as_str) {
+                let mut t = text.to_string();
+                if let Err(e) = pipeline.on_response(&mut ResponsePiece::Delta { text: &mut t, end: false }, cx) {
+                    return Piece::End(Self::refusal(out, &e));
+                }
+                self.block = payload.get("contentBlockIndex").cloned();
+                if !t.is_empty() {
+                    out.extend_from_slice(&Self::delta(&self.block, t));
+                }
+                continue;
+            }
+            if matches!(kind.as_str(), "contentBlockStop" | "messageStop") {
+                let mut t = String::new();
+                if let Err(e) = pipeline.on_response(&mut ResponsePiece::Delta { text: &mut t, end: true }, cx) {
+                    return Piece::End(Self::refusal(out, &e));
+                }
+                if !t.is_empty() {
+                    out.extend_from_slice(&Self::delta(&self.block, t));
+                }
+            }
+            let encoded = match kind.ends_with("Exception") {
+                true => eventstream::encode_exception(kind, payload),
+                false => eventstream::encode_event(kind, payload),
+            };
+            out.extend_from_slice(&frame(encoded));
+        }
+        Piece::Pass(out.freeze())
+    }
+
+    fn delta(block: &Option<Value>, text: String) -> Vec<u8> {
+        let index = block.clone().unwrap_or(Value::from(0));
+        frame(eventstream::encode_event(
+            "contentBlockDelta",
+            &serde_json::json!({"contentBlockIndex": index, "delta": {"text": text}}),
+        ))
+    }
+
+    /// What was released before the refusal, then the refusal as an exception frame.
+    fn refusal(mut out: BytesMut, e: &ApiError) -> Bytes {
+        out.extend_from_slice(&frame(eventstream::encode_exception(
+            "validationException",
+            &serde_json::json!({"message": e.message}),
+        )));
+        out.freeze()
+    }
+}
+
+/// A frame written anew; one that cannot be (a payload over the framing's 16 MiB, which a
+/// decoded frame never has) is left out and logged.
+fn frame(encoded: Result<Vec<u8>, eventstream::EncodeError>) -> Vec<u8> {
+    encoded.unwrap_or_else(|e| {
+        log::error!("a bedrock stream frame could not be written: {e}");
+        Vec::new()
+    })
 }
 
 /// The body the upstream gets: the client's bytes unless the gateway had to edit the JSON.

@@ -105,6 +105,7 @@ fn parse_fields(route: Route, raw: &[u8]) -> Option<(String, bool, Option<u64>, 
     match route {
         Route::ChatCompletions | Route::Messages => (f.messages? == JsonKind::Array).then_some(())?,
         Route::Embeddings => (f.input.is_some() && !stream).then_some(())?,
+        _ => return None,
     }
     let user = match f.user {
         Some(Value::String(u)) => Some(u),
@@ -120,11 +121,30 @@ fn field_type(json: &Value, field: &str, ok: fn(&Value) -> bool, expected: &str)
     }
 }
 
+/// A client's string as a receipt records it: at most 256 characters, control characters as
+/// U+FFFD (PostgreSQL's text cannot hold NUL, and a receipt that cannot be stored withholds
+/// its answer: a 503 for what is the client's mistake).
+fn recorded(s: &str) -> String {
+    s.chars().take(256).map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect()
+}
+
+/// Refuses control characters in a field that names something (`model`) or someone (`user`).
+fn printable(field: &str, value: Option<&str>) -> Result<(), ApiError> {
+    match value {
+        Some(v) if v.chars().any(char::is_control) => {
+            Err(ApiError::invalid(format!("field `{field}` must not contain control characters")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Parses and checks the body. `seen_model` learns the model as soon as it is known, so even
 /// a request refused for another field leaves a receipt that names it.
 pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
     if let Some((model, stream, max_tokens, user)) = parse_fields(route, &raw) {
-        *seen_model = model.chars().take(256).collect();
+        *seen_model = recorded(&model);
+        printable("model", Some(&model))?;
+        printable("user", user.as_deref())?;
         let provider = pick_provider(route, &model, snap)?;
         return Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: None });
     }
@@ -139,7 +159,7 @@ fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String
         return Err(ApiError::invalid("request body must be a JSON object"));
     }
     if let Some(m) = json.get("model").and_then(Value::as_str) {
-        *seen_model = m.chars().take(256).collect();
+        *seen_model = recorded(m);
     }
     let model = match json.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
@@ -162,15 +182,52 @@ fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String
                 return Err(ApiError::invalid("field `input` is required"));
             }
         }
+        _ => return Err(ApiError::internal("native routes are parsed by parse_native")),
     }
     let stream = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if route == Route::Embeddings && stream {
         return Err(ApiError::invalid("field `stream` is not supported on /v1/embeddings"));
     }
+    printable("model", Some(&model))?;
+    let user = json.get("user").and_then(Value::as_str).map(str::to_string);
+    printable("user", user.as_deref())?;
     let provider = pick_provider(route, &model, snap)?;
     let max_tokens = ["max_tokens", "max_completion_tokens"].iter().find_map(|f| json.get(*f).and_then(Value::as_u64));
-    let user = json.get("user").and_then(Value::as_str).map(str::to_string);
     Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: Some(json) })
+}
+
+/// A native Bedrock or Vertex request: the model is the one its path names, the body must be
+/// an object with the operation's conversation (`messages` for Converse, `contents` for Gemini).
+pub fn parse_native(
+    route: Route,
+    raw: Bytes,
+    path_model: &str,
+    seen_model: &mut String,
+) -> Result<ParsedRequest, ApiError> {
+    *seen_model = recorded(path_model);
+    printable("model", Some(path_model))?;
+    let json: Value =
+        serde_json::from_slice(&raw).map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
+    if !json.is_object() {
+        return Err(ApiError::invalid("request body must be a JSON object"));
+    }
+    let (conversation, cap) = match route.dialect() {
+        crate::providers::Dialect::Converse => ("messages", "/inferenceConfig/maxTokens"),
+        _ => ("contents", "/generationConfig/maxOutputTokens"),
+    };
+    match json.get(conversation) {
+        None => return Err(ApiError::invalid(format!("field `{conversation}` is required"))),
+        Some(v) if !v.is_array() => return Err(ApiError::invalid(format!("field `{conversation}` must be an array"))),
+        Some(_) => {}
+    }
+    let max_tokens = json.pointer(cap).and_then(Value::as_u64);
+    let provider = route.native_provider().unwrap_or(ProviderName::OpenAi);
+    Ok(ParsedRequest { stream: route.streams(), provider, raw, max_tokens, user: None, json: Some(json) })
+}
+
+/// The model id the provider serves: the routing prefix (`bedrock/`, `vertex/`) removed.
+pub fn upstream_model(provider: ProviderName, model: &str) -> &str {
+    model.strip_prefix(provider.as_str()).and_then(|m| m.strip_prefix('/')).unwrap_or(model)
 }
 
 fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderName, ApiError> {
@@ -182,7 +239,8 @@ fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderN
             Err(ApiError::invalid(format!("model `{model}` is served by {p}; call it through /v1/chat/completions")))
         }
         (Route::Embeddings, Some(ProviderName::OpenAi)) => Ok(ProviderName::OpenAi),
-        (Route::ChatCompletions, Some(p @ (ProviderName::OpenAi | ProviderName::Anthropic))) => Ok(p),
+        // Every provider serves chat: the others through translation.
+        (Route::ChatCompletions, Some(p)) => Ok(p),
         (_, Some(p)) => Err(ApiError::invalid(format!(
             "model `{model}` is routed to {p}, which does not serve {}",
             route.upstream_path()
@@ -222,6 +280,11 @@ mod tests {
             err(Route::ChatCompletions, r#"{"model":"gpt-4o","messages":[],"max_tokens":-1}"#).contains("`max_tokens`")
         );
         assert!(err(Route::ChatCompletions, r#"{"model":"llama-3","messages":[]}"#).contains("no route"));
+        for body in
+            [r#"{"model":"gpt-4o\u0000x","messages":[]}"#, r#"{"model":"gpt-4o","messages":[],"user":"a\u0000"}"#]
+        {
+            assert!(err(Route::ChatCompletions, body).contains("control characters"), "{body}");
+        }
         assert!(err(Route::Embeddings, r#"{"model":"text-embedding-3-small"}"#).contains("`input`"));
         assert!(err(Route::Messages, r#"{"model":"gpt-4o","messages":[]}"#).contains("openai"));
     }

@@ -1,5 +1,6 @@
 //! The gateway's routes and what each one speaks.
 
+use crate::config::ProviderName;
 use crate::error::Flavor;
 use crate::providers::Dialect;
 
@@ -8,6 +9,14 @@ pub enum Route {
     ChatCompletions,
     Embeddings,
     Messages,
+    /// `POST /bedrock/model/{modelId}/converse`.
+    Converse,
+    /// `POST /bedrock/model/{modelId}/converse-stream`.
+    ConverseStream,
+    /// `POST /vertex/[v1/]projects/{p}/locations/{l}/publishers/{pub}/models/{m}:generateContent`.
+    Generate,
+    /// The same path with `:streamGenerateContent`.
+    GenerateStream,
 }
 
 impl Route {
@@ -19,16 +28,46 @@ impl Route {
             "/v1/chat/completions" => Some(Route::ChatCompletions),
             "/v1/embeddings" => Some(Route::Embeddings),
             "/v1/messages" => Some(Route::Messages),
+            p if p.starts_with("/bedrock/") => bedrock_path(p).map(|(_, route)| route),
+            p if p.starts_with("/vertex/") => vertex_path(p).map(|(_, route)| route),
             _ => None,
         }
     }
 
-    /// The upstream path for this route (the same on every provider we route it to).
+    /// The model a native route names in its path (percent-decoded), else None.
+    pub fn path_model(self, path: &str) -> Option<String> {
+        match self {
+            Route::Converse | Route::ConverseStream => bedrock_path(path).map(|(m, _)| m),
+            Route::Generate | Route::GenerateStream => vertex_path(path).map(|(m, _)| m),
+            _ => None,
+        }
+    }
+
+    /// The provider a native route belongs to.
+    pub fn native_provider(self) -> Option<ProviderName> {
+        match self {
+            Route::Messages => Some(ProviderName::Anthropic),
+            Route::Converse | Route::ConverseStream => Some(ProviderName::Bedrock),
+            Route::Generate | Route::GenerateStream => Some(ProviderName::Vertex),
+            Route::ChatCompletions | Route::Embeddings => None,
+        }
+    }
+
+    /// Whether the route itself asks for a stream (the native streaming operations).
+    pub fn streams(self) -> bool {
+        matches!(self, Route::ConverseStream | Route::GenerateStream)
+    }
+
+    /// The route's operation, as the checks and the cache key see it.
     pub fn upstream_path(self) -> &'static str {
         match self {
             Route::ChatCompletions => "/v1/chat/completions",
             Route::Embeddings => "/v1/embeddings",
             Route::Messages => "/v1/messages",
+            Route::Converse => "/bedrock/converse",
+            Route::ConverseStream => "/bedrock/converse-stream",
+            Route::Generate => "/vertex/generateContent",
+            Route::GenerateStream => "/vertex/streamGenerateContent",
         }
     }
 
@@ -36,14 +75,26 @@ impl Route {
     pub fn dialect(self) -> Dialect {
         match self {
             Route::Messages => Dialect::Anthropic,
-            _ => Dialect::OpenAi,
+            Route::Converse | Route::ConverseStream => Dialect::Converse,
+            Route::Generate | Route::GenerateStream => Dialect::Gemini,
+            Route::ChatCompletions | Route::Embeddings => Dialect::OpenAi,
         }
     }
 
     pub fn flavor(self) -> Flavor {
         match self {
             Route::Messages => Flavor::Anthropic,
-            _ => Flavor::OpenAi,
+            Route::Converse | Route::ConverseStream => Flavor::Bedrock,
+            Route::Generate | Route::GenerateStream => Flavor::Google,
+            Route::ChatCompletions | Route::Embeddings => Flavor::OpenAi,
+        }
+    }
+
+    /// The OpenTelemetry GenAI `gen_ai.operation.name` of this route.
+    pub fn operation(self) -> &'static str {
+        match self {
+            Route::Embeddings => "embeddings",
+            _ => "chat",
         }
     }
 
@@ -53,6 +104,83 @@ impl Route {
             Route::ChatCompletions => "chat_completions",
             Route::Embeddings => "embeddings",
             Route::Messages => "messages",
+            Route::Converse => "bedrock_converse",
+            Route::ConverseStream => "bedrock_converse_stream",
+            Route::Generate => "vertex_generate_content",
+            Route::GenerateStream => "vertex_stream_generate_content",
         }
+    }
+}
+
+/// `/bedrock/model/{modelId}/converse[-stream]` → the model id and the route.
+fn bedrock_path(path: &str) -> Option<(String, Route)> {
+    let rest = path.strip_prefix("/bedrock/model/")?;
+    let (model, op) = rest.rsplit_once('/')?;
+    let route = match op {
+        "converse" => Route::Converse,
+        "converse-stream" => Route::ConverseStream,
+        _ => return None,
+    };
+    let model = percent_decode(model)?;
+    (!model.is_empty() && !model.contains('/')).then_some((model, route))
+}
+
+/// `/vertex/[v1/]projects/{p}/locations/{l}/publishers/{pub}/models/{m}:{op}` → the model and
+/// the route.
+fn vertex_path(path: &str) -> Option<(String, Route)> {
+    let rest = path.strip_prefix("/vertex/")?;
+    let rest = rest.strip_prefix("v1/").unwrap_or(rest);
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [projects, p, locations, l, publishers, publisher, models, last] = parts.as_slice() else { return None };
+    let named = [*projects, *locations, *publishers, *models] == ["projects", "locations", "publishers", "models"];
+    if !named || [p, l, publisher].iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let (model, op) = last.rsplit_once(':')?;
+    let route = match op {
+        "generateContent" => Route::Generate,
+        "streamGenerateContent" => Route::GenerateStream,
+        _ => return None,
+    };
+    let model = percent_decode(model)?;
+    (!model.is_empty()).then_some((model, route))
+}
+
+/// The client's Vertex path as Vertex's own API path (`/v1/projects/...`), with its query.
+pub fn vertex_upstream_path(path_and_query: &str) -> String {
+    let rest = path_and_query.strip_prefix("/vertex/").unwrap_or(path_and_query);
+    let rest = rest.strip_prefix("v1/").unwrap_or(rest);
+    format!("/v1/{rest}")
+}
+
+/// A path segment, percent-decoded; None when the bytes are not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_paths_name_their_model() {
+        let post = http::Method::POST;
+        let p = "/bedrock/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream";
+        assert_eq!(Route::resolve(&post, p), Some(Route::ConverseStream));
+        assert_eq!(Route::ConverseStream.path_model(p).as_deref(), Some("anthropic.claude-3-haiku-20240307-v1:0"));
+        assert_eq!(Route::resolve(&post, "/bedrock/model/x/invoke"), None);
+        assert_eq!(Route::resolve(&post, "/bedrock/model//converse"), None);
+        let v =
+            "/vertex/v1/projects/p1/locations/us-central1/publishers/google/models/gemini-2.0-flash:generateContent";
+        assert_eq!(Route::resolve(&post, v), Some(Route::Generate));
+        assert_eq!(Route::Generate.path_model(v).as_deref(), Some("gemini-2.0-flash"));
+        let short = "/vertex/projects/p1/locations/l/publishers/google/models/m:streamGenerateContent";
+        assert_eq!(Route::resolve(&post, short), Some(Route::GenerateStream));
+        assert_eq!(
+            vertex_upstream_path(&format!("{short}?alt=sse")),
+            "/v1/projects/p1/locations/l/publishers/google/models/m:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(Route::resolve(&post, "/vertex/projects/p1/models/m:generateContent"), None);
+        assert_eq!(Route::resolve(&http::Method::GET, v), None);
     }
 }

@@ -53,16 +53,26 @@ enum Shape {
     Text,
     /// A list of `messages` (request) or `choices` (answer).
     List(Elem),
-    /// A message object (a `messages[]` element, or a choice's `message`): its `content`.
+    /// A message object (a `messages[]` element, a choice's `message`, Bedrock's
+    /// `output.message`): its `content`.
     Message,
     /// An answer's choice: `message.content` and legacy `text`.
     Choice,
+    /// An answer's `output`: a list of items (Responses), or Bedrock's `{message}`.
+    Output,
+    /// A Gemini `Content` (a `contents[]` element, `systemInstruction`, a candidate's
+    /// `content`): its `parts`.
+    Turn,
+    /// A Gemini answer's candidate: its `content`.
+    Candidate,
 }
 
 #[derive(Clone, Copy)]
 enum Elem {
     Message,
     Choice,
+    Turn,
+    Candidate,
 }
 
 /// The member names the walk follows; every other member is skipped unread.
@@ -76,6 +86,10 @@ enum Key {
     Output,
     Message,
     Text,
+    Contents,
+    SystemInstruction,
+    Parts,
+    Candidates,
     Other,
 }
 
@@ -98,6 +112,10 @@ impl<'de> de::Deserialize<'de> for Key {
                     "output" => Key::Output,
                     "message" => Key::Message,
                     "text" => Key::Text,
+                    "contents" => Key::Contents,
+                    "systemInstruction" => Key::SystemInstruction,
+                    "parts" => Key::Parts,
+                    "candidates" => Key::Candidates,
                     _ => Key::Other,
                 })
             }
@@ -123,10 +141,15 @@ impl Node<'_> {
         match (self.shape, key) {
             (Shape::Top(Side::Request), Key::Messages) => Some(Shape::List(Elem::Message)),
             (Shape::Top(Side::Request), Key::System | Key::Input | Key::Prompt) => Some(content),
+            (Shape::Top(Side::Request), Key::Contents) => Some(Shape::List(Elem::Turn)),
+            (Shape::Top(Side::Request), Key::SystemInstruction) => Some(Shape::Turn),
             (Shape::Top(Side::Response), Key::Choices) => Some(Shape::List(Elem::Choice)),
-            (Shape::Top(Side::Response), Key::Content | Key::Output) => {
-                Some(Shape::Content { depth: 0, arrays_only: true })
-            }
+            (Shape::Top(Side::Response), Key::Content) => Some(Shape::Content { depth: 0, arrays_only: true }),
+            (Shape::Top(Side::Response), Key::Output) => Some(Shape::Output),
+            (Shape::Top(Side::Response), Key::Candidates) => Some(Shape::List(Elem::Candidate)),
+            (Shape::Output, Key::Message) => Some(Shape::Message),
+            (Shape::Turn, Key::Parts) => Some(content),
+            (Shape::Candidate, Key::Content) => Some(Shape::Turn),
             (Shape::Item { .. }, Key::Text) => Some(Shape::Text),
             (Shape::Item { depth }, Key::Content) => Some(Shape::Content { depth: depth + 1, arrays_only: false }),
             (Shape::Message, Key::Content) => Some(content),
@@ -140,8 +163,12 @@ impl Node<'_> {
     fn element(&self) -> Option<Shape> {
         match self.shape {
             Shape::Content { depth, .. } if depth < MAX_DEPTH => Some(Shape::Item { depth }),
+            // Only a list `output` is content (as `Content { arrays_only }` at depth 0).
+            Shape::Output => Some(Shape::Item { depth: 0 }),
             Shape::List(Elem::Message) => Some(Shape::Message),
             Shape::List(Elem::Choice) => Some(Shape::Choice),
+            Shape::List(Elem::Turn) => Some(Shape::Turn),
+            Shape::List(Elem::Candidate) => Some(Shape::Candidate),
             _ => None,
         }
     }
@@ -259,6 +286,19 @@ mod tests {
             json!({"content": t}),
             json!({"output": [{"content": [{"type": "output_text", "text": t}]}]}),
             json!({"output": t}),
+            json!({"output": {"message": {"role": "assistant", "content": [{"text": t}]}}}),
+            json!({"output": {"message": {"content": t}}}),
+            json!({"output": {"text": t, "message": [{"content": t}]}}),
+            json!({"messages": [{"role": "user", "content": [{"toolUse": {"input": {"q": t}}}, {"text": t}]}]}),
+            json!({"contents": [{"role": "user", "parts": [{"text": t}]}]}),
+            json!({"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"q": t}}}]}]}),
+            json!({"contents": [{"parts": t}, {"text": t}]}),
+            json!({"contents": {"parts": [{"text": t}]}}),
+            json!({"systemInstruction": {"parts": [{"text": t}]}}),
+            json!({"systemInstruction": t}),
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": t, "thought": true}]}}]}),
+            json!({"candidates": [{"content": t, "finishReason": "STOP"}]}),
+            json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {"q": t}}}]}}]}),
             json!({"id": t, "object": "chat.completion", "usage": {"prompt_tokens": 1}}),
             json!([t]),
             json!(t),
@@ -266,6 +306,10 @@ mod tests {
         for depth in 0..=MAX_DEPTH + 1 {
             v.push(json!({"messages": [{"content": nested(depth)}]}));
             v.push(json!({"content": nested(depth)}));
+            v.push(json!({"output": nested(depth)}));
+            v.push(json!({"output": {"message": {"content": nested(depth)}}}));
+            v.push(json!({"contents": [{"parts": nested(depth)}]}));
+            v.push(json!({"candidates": [{"content": {"parts": nested(depth)}}]}));
         }
         v
     }

@@ -24,8 +24,10 @@ pub(super) const MAX_DEPTH: usize = 4;
 
 /// Request bodies: OpenAI chat `messages[].content` (string, or parts `{type: "text", text}`),
 /// Anthropic `system` and `messages[].content` (string or blocks with `text`, `tool_result`
-/// blocks with nested content), embeddings `input` (string or strings; Responses-style input
-/// items with `content` too), legacy `prompt` (string or strings).
+/// blocks with nested content), Bedrock Converse `system[].text` and `messages[].content[].text`
+/// (the same walk), Gemini `contents[].parts[].text` and `systemInstruction.parts[].text`,
+/// embeddings `input` (string or strings; Responses-style input items with `content` too),
+/// legacy `prompt` (string or strings).
 pub fn apply_to_request_json(g: &Guardrails, body: &mut Value) -> JsonOutcome {
     let mut out = JsonOutcome::default();
     if g.is_empty() {
@@ -44,11 +46,20 @@ pub fn apply_to_request_json(g: &Guardrails, body: &mut Value) -> JsonOutcome {
             content(g, v, 0, &mut out);
         }
     }
+    if let Some(Value::Array(turns)) = obj.get_mut("contents") {
+        for turn in turns {
+            gemini_parts(g, turn, &mut out);
+        }
+    }
+    if let Some(system) = obj.get_mut("systemInstruction") {
+        gemini_parts(g, system, &mut out);
+    }
     out
 }
 
 /// Non-streamed response bodies: OpenAI `choices[].message.content` (and legacy
-/// `choices[].text`), Anthropic `content[].text`, Responses `output[].content[].text`.
+/// `choices[].text`), Anthropic `content[].text`, Responses `output[].content[].text`, Bedrock
+/// Converse `output.message.content[].text`, Gemini `candidates[].content.parts[].text`.
 pub fn apply_to_response_json(g: &Guardrails, body: &mut Value) -> JsonOutcome {
     let mut out = JsonOutcome::default();
     if g.is_empty() {
@@ -70,7 +81,25 @@ pub fn apply_to_response_json(g: &Guardrails, body: &mut Value) -> JsonOutcome {
             content(g, v, 0, &mut out);
         }
     }
+    if let Some(c) = obj.get_mut("output").and_then(|o| o.get_mut("message")).and_then(|m| m.get_mut("content")) {
+        content(g, c, 0, &mut out);
+    }
+    if let Some(Value::Array(candidates)) = obj.get_mut("candidates") {
+        for candidate in candidates {
+            if let Some(turn) = candidate.get_mut("content") {
+                gemini_parts(g, turn, &mut out);
+            }
+        }
+    }
     out
+}
+
+/// A Gemini `Content` (`{role, parts}`): the `text` of its parts. Function calls and responses
+/// are structured data, not free text, and are left alone.
+fn gemini_parts(g: &Guardrails, turn: &mut Value, out: &mut JsonOutcome) {
+    if let Some(parts) = turn.get_mut("parts") {
+        content(g, parts, 0, out);
+    }
 }
 
 /// A string, or a list of strings / blocks. A block's `text` is scanned and its `content`
@@ -108,8 +137,11 @@ fn apply_str(g: &Guardrails, s: &mut String, out: &mut JsonOutcome) {
     }
 }
 
-/// The text delta of one parsed SSE `data:` event: OpenAI `choices[0].delta.content` (or
-/// legacy `choices[0].text`), Anthropic `content_block_delta` → `delta.text`.
+/// The text delta of one parsed stream event: OpenAI `choices[0].delta.content` (or legacy
+/// `choices[0].text`), Anthropic `content_block_delta` → `delta.text`, Gemini
+/// `candidates[0].content.parts[i].text` (see [`gemini_text_part`]), Bedrock ConverseStream
+/// `contentBlockDelta.delta.text` (the event named by its type, as the AWS SDKs give it, or the
+/// bare frame payload `{contentBlockIndex, delta}`).
 pub fn event_text(v: &Value) -> Option<&str> {
     if let Some(choice) = v.get("choices").and_then(|c| c.get(0)) {
         return match choice.get("delta") {
@@ -120,28 +152,65 @@ pub fn event_text(v: &Value) -> Option<&str> {
     if v.get("type").and_then(Value::as_str) == Some("content_block_delta") {
         return v.get("delta")?.get("text")?.as_str();
     }
-    None
+    if let Some(candidates) = v.get("candidates") {
+        let parts = candidates.pointer("/0/content/parts")?.as_array()?;
+        return parts.get(gemini_text_part(parts)?)?.get("text")?.as_str();
+    }
+    bedrock_delta(v)?.get("text")?.as_str()
 }
 
 /// Writes `text` where [`event_text`] read it; `false` when the event has no such field.
 pub fn set_event_text(v: &mut Value, text: String) -> bool {
-    let slot = if v.get("choices").is_some() {
-        let Some(choice) = v.get_mut("choices").and_then(|c| c.get_mut(0)) else { return false };
-        if choice.get("delta").is_some() {
-            choice.get_mut("delta").and_then(|d| d.get_mut("content"))
-        } else {
-            choice.get_mut("text")
-        }
-    } else if v.get("type").and_then(Value::as_str) == Some("content_block_delta") {
-        v.get_mut("delta").and_then(|d| d.get_mut("text"))
-    } else {
-        None
-    };
-    match slot {
+    match text_slot(v) {
         Some(s @ Value::String(_)) => {
             *s = Value::String(text);
             true
         }
         _ => false,
+    }
+}
+
+/// The value [`event_text`] reads, for writing.
+fn text_slot(v: &mut Value) -> Option<&mut Value> {
+    if v.get("choices").is_some() {
+        let choice = v.get_mut("choices")?.get_mut(0)?;
+        return if choice.get("delta").is_some() {
+            choice.get_mut("delta")?.get_mut("content")
+        } else {
+            choice.get_mut("text")
+        };
+    }
+    if v.get("type").and_then(Value::as_str) == Some("content_block_delta") {
+        return v.get_mut("delta")?.get_mut("text");
+    }
+    if v.get("candidates").is_some() {
+        let parts = v.pointer_mut("/candidates/0/content/parts")?.as_array_mut()?;
+        let i = gemini_text_part(parts)?;
+        return parts.get_mut(i)?.get_mut("text");
+    }
+    if v.get("contentBlockDelta").is_some() {
+        return v.get_mut("contentBlockDelta")?.get_mut("delta")?.get_mut("text");
+    }
+    if v.get("contentBlockIndex").is_some() {
+        return v.get_mut("delta")?.get_mut("text");
+    }
+    None
+}
+
+/// The part of a Gemini stream event whose text is the event's delta: the first answer text,
+/// else the first thought (Gemini sends one text part an event; a thought shown to the client
+/// is checked too).
+fn gemini_text_part(parts: &[Value]) -> Option<usize> {
+    let has_text = |p: &Value| p.get("text").is_some_and(Value::is_string);
+    let thought = |p: &Value| p.get("thought").and_then(Value::as_bool) == Some(true);
+    parts.iter().position(|p| has_text(p) && !thought(p)).or_else(|| parts.iter().position(has_text))
+}
+
+/// A Bedrock `contentBlockDelta` event's `delta`.
+fn bedrock_delta(v: &Value) -> Option<&Value> {
+    match v.get("contentBlockDelta") {
+        Some(event) => event.get("delta"),
+        None if v.get("contentBlockIndex").is_some() => v.get("delta"),
+        None => None,
     }
 }

@@ -443,3 +443,121 @@ fn sse_event_text_both_dialects() {
     let json_delta = json!({"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": "{"}});
     assert_eq!(event_text(&json_delta), None);
 }
+
+#[test]
+fn gemini_request_and_answer_bodies() {
+    let g = all("redact");
+    let mut request = json!({
+        "systemInstruction": {"parts": [{"text": "Operator: ops@corp.io"}]},
+        "contents": [
+            {"role": "user", "parts": [
+                {"text": "card 4111 1111 1111 1111"},
+                {"inlineData": {"mimeType": "image/png", "data": "a@b.io"}}
+            ]},
+            {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"to": "x@y.org"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "x@y.org"}}}]}
+        ],
+        "generationConfig": {"stopSequences": ["z@w.net"]}
+    });
+    let out = apply_to_request_json(&g, &mut request);
+    assert!(out.changed && !out.blocked);
+    assert_eq!(categories(&out.findings), ["credit_card", "email"]);
+    assert_eq!(request["systemInstruction"]["parts"][0]["text"], "Operator: [REDACTED:EMAIL]");
+    assert_eq!(request["contents"][0]["parts"][0]["text"], "card [REDACTED:CREDIT_CARD]");
+    assert_eq!(request["contents"][0]["parts"][1]["inlineData"]["data"], "a@b.io");
+    assert_eq!(request["contents"][1]["parts"][0]["functionCall"]["args"]["to"], "x@y.org");
+
+    let mut answer = json!({
+        "candidates": [{"content": {"role": "model", "parts": [
+            {"text": "thinking about bob@corp.io", "thought": true},
+            {"text": "Mail bob@corp.io"},
+            {"functionCall": {"name": "send", "args": {"to": "bob@corp.io"}}}
+        ]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 3},
+        "modelVersion": "gemini-2.5-flash"
+    });
+    let out = apply_to_response_json(&g, &mut answer);
+    assert_eq!(categories(&out.findings), ["email", "email"]);
+    assert_eq!(answer["candidates"][0]["content"]["parts"][0]["text"], "thinking about [REDACTED:EMAIL]");
+    assert_eq!(answer["candidates"][0]["content"]["parts"][1]["text"], "Mail [REDACTED:EMAIL]");
+    assert_eq!(answer["candidates"][0]["content"]["parts"][2]["functionCall"]["args"]["to"], "bob@corp.io");
+}
+
+#[test]
+fn bedrock_converse_request_and_answer_bodies() {
+    let g = all("redact");
+    let mut request = json!({
+        "system": [{"text": "Operator: ops@corp.io"}],
+        "messages": [{"role": "user", "content": [
+            {"text": "ssn 123-45-6789"},
+            {"image": {"format": "png", "source": {"bytes": "a@b.io"}}}
+        ]}],
+        "inferenceConfig": {"maxTokens": 10}
+    });
+    let out = apply_to_request_json(&g, &mut request);
+    assert_eq!(categories(&out.findings), ["ssn", "email"]);
+    assert_eq!(request["system"][0]["text"], "Operator: [REDACTED:EMAIL]");
+    assert_eq!(request["messages"][0]["content"][0]["text"], "ssn [REDACTED:SSN]");
+    assert_eq!(request["messages"][0]["content"][1]["image"]["source"]["bytes"], "a@b.io");
+
+    let mut answer = json!({
+        "output": {"message": {"role": "assistant", "content": [
+            {"text": "IBAN GB82 WEST 1234 5698 7654 32"},
+            {"toolUse": {"toolUseId": "t", "name": "f", "input": {"q": "a@b.io"}}}
+        ]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 3, "outputTokens": 5, "totalTokens": 8}
+    });
+    let out = apply_to_response_json(&g, &mut answer);
+    assert_eq!(categories(&out.findings), ["iban"]);
+    assert_eq!(answer["output"]["message"]["content"][0]["text"], "IBAN [REDACTED:IBAN]");
+    assert_eq!(answer["output"]["message"]["content"][1]["toolUse"]["input"]["q"], "a@b.io");
+}
+
+#[test]
+fn stream_event_text_of_gemini_and_bedrock() {
+    let mut gemini = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hel"}]}}],
+        "usageMetadata": {"promptTokenCount": 3}});
+    assert_eq!(event_text(&gemini), Some("hel"));
+    assert!(set_event_text(&mut gemini, "HEL".into()));
+    assert_eq!(gemini["candidates"][0]["content"]["parts"][0]["text"], "HEL");
+
+    // The answer's text, not the thought before it; a thought alone is checked too.
+    let mut mixed = json!({"candidates": [{"content": {"parts": [
+        {"text": "hmm", "thought": true}, {"functionCall": {"name": "f"}}, {"text": "lo"}
+    ]}}]});
+    assert_eq!(event_text(&mixed), Some("lo"));
+    assert!(set_event_text(&mut mixed, "LO".into()));
+    assert_eq!(mixed["candidates"][0]["content"]["parts"][2]["text"], "LO");
+    assert_eq!(mixed["candidates"][0]["content"]["parts"][0]["text"], "hmm");
+    let thought = json!({"candidates": [{"content": {"parts": [{"text": "hmm", "thought": true}]}}]});
+    assert_eq!(event_text(&thought), Some("hmm"));
+
+    let mut call_only = json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f"}}]},
+        "finishReason": "STOP"}]});
+    assert_eq!(event_text(&call_only), None);
+    assert!(!set_event_text(&mut call_only, "x".into()));
+    let mut blocked = json!({"promptFeedback": {"blockReason": "SAFETY"}, "candidates": []});
+    assert_eq!(event_text(&blocked), None);
+    assert!(!set_event_text(&mut blocked, "x".into()));
+
+    let mut wrapped = json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "hi"}}});
+    assert_eq!(event_text(&wrapped), Some("hi"));
+    assert!(set_event_text(&mut wrapped, "HI".into()));
+    assert_eq!(wrapped["contentBlockDelta"]["delta"]["text"], "HI");
+    let mut bare = json!({"contentBlockIndex": 1, "delta": {"text": "yo"}, "p": "abc"});
+    assert_eq!(event_text(&bare), Some("yo"));
+    assert!(set_event_text(&mut bare, "YO".into()));
+    assert_eq!(bare["delta"]["text"], "YO");
+
+    let mut tool_input =
+        json!({"contentBlockDelta": {"contentBlockIndex": 1, "delta": {"toolUse": {"input": "{\"q\""}}}});
+    assert_eq!(event_text(&tool_input), None);
+    assert!(!set_event_text(&mut tool_input, "x".into()));
+    let mut metadata = json!({"metadata": {"usage": {"inputTokens": 1}}});
+    assert_eq!(event_text(&metadata), None);
+    assert!(!set_event_text(&mut metadata, "x".into()));
+    let mut stop = json!({"messageStop": {"stopReason": "end_turn"}});
+    assert_eq!(event_text(&stop), None);
+    assert!(!set_event_text(&mut stop, "x".into()));
+}

@@ -1,13 +1,56 @@
 //! Analytics (any valid key): `GET /v1/anomalies` (guardrail events) and `GET /v1/cache`.
 
-use serde_json::json;
+use serde::Serialize;
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::Authenticated;
 use super::receipts::{number, ts_bound};
-use super::{Caller, Handled, Reply, Req};
+use super::{Caller, Handled, Page, Reply, Req};
 use crate::app::App;
 use crate::store;
+use crate::store::analytics::{CacheModelStats, GuardrailEvent};
 
-/// Guardrail redactions and blocks, newest first: `?from=&to=` (RFC 3339), `?limit=&cursor=`.
+/// `?from=&to=`: the period of an analytics answer.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // describes the query string; `ts_bound` reads it
+pub(super) struct TimeRange {
+    /// From this instant (RFC 3339).
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// Up to this instant (RFC 3339).
+    #[param(format = DateTime)]
+    to: Option<String>,
+}
+
+/// The response cache over a period, in total and by model, and its memory now.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CacheReport {
+    hits: u64,
+    misses: u64,
+    bypasses: u64,
+    /// hits / (hits + misses); 0 when there was no lookup.
+    hit_rate: f64,
+    saved_tokens: u64,
+    saved_usd: f64,
+    by_model: Vec<CacheModelStats>,
+    memory: CacheMemory,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CacheMemory {
+    entries: u64,
+    bytes: u64,
+    max_bytes: u64,
+}
+
+/// Guardrail redactions and blocks, newest first
+#[utoipa::path(get, path = "/v1/anomalies", operation_id = "listAnomalies", tag = "analytics",
+    params(TimeRange, super::openapi::PageQuery),
+    responses((status = 200, description = "A page of guardrail events", body = Page<GuardrailEvent>),
+        Authenticated))]
 pub async fn anomalies(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = number(req, "limit", 1, 200)?.unwrap_or(50) as i64;
     let cursor = req.query("cursor").filter(|c| !c.is_empty()).map(str::to_string);
@@ -16,10 +59,13 @@ pub async fn anomalies(app: &App, caller: &Caller, req: &Req) -> Handled {
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = if more { rows.last().map(|e| e.id.clone()) } else { None };
-    Ok(Reply::Json(200, json!({ "data": rows, "nextCursor": next })))
+    Ok(Reply::json(200, &Page { data: rows, next_cursor: next }))
 }
 
-/// Cache hits, misses, hit rate and savings over `?from=&to=`, in total and by model.
+/// Cache hits, misses, hit rate and savings, in total and by model
+#[utoipa::path(get, path = "/v1/cache", operation_id = "getCacheStats", tag = "analytics",
+    params(TimeRange),
+    responses((status = 200, description = "Cache statistics", body = CacheReport), Authenticated))]
 pub async fn cache(app: &App, caller: &Caller, req: &Req) -> Handled {
     let (from, to) = (ts_bound(req, "from")?, ts_bound(req, "to")?);
     let by_model = store::analytics::cache_stats(&app.store, caller.tenant(), from, to).await?;
@@ -31,13 +77,18 @@ pub async fn cache(app: &App, caller: &Caller, req: &Req) -> Handled {
     let lookups = hits + misses;
     let hit_rate = if lookups == 0 { 0.0 } else { hits as f64 / lookups as f64 };
     let (entries, bytes) = app.cache.usage();
-    Ok(Reply::Json(
+    let memory = CacheMemory { entries, bytes, max_bytes: app.config.limits.cache_max_bytes };
+    Ok(Reply::json(
         200,
-        json!({
-            "hits": hits, "misses": misses, "bypasses": bypasses, "hitRate": hit_rate,
-            "savedTokens": saved_tokens, "savedUsd": (saved_usd * 1e9).round() / 1e9,
-            "byModel": by_model,
-            "memory": { "entries": entries, "bytes": bytes, "maxBytes": app.config.limits.cache_max_bytes },
-        }),
+        &CacheReport {
+            hits,
+            misses,
+            bypasses,
+            hit_rate,
+            saved_tokens,
+            saved_usd: (saved_usd * 1e9).round() / 1e9,
+            by_model,
+            memory,
+        },
     ))
 }

@@ -1,49 +1,80 @@
 //! `/v1/keys`: create, list, revoke, limits. Every write swaps a new snapshot in before it
 //! answers, so the very next request on either port sees it.
 
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::{page_limit, paginate, present, tenant_team, usd, Caller, Handled, Reply, Req};
+use super::openapi::{Authenticated, Manager, Missing};
+use super::{page_limit, paginate, present, tenant_team, usd, Caller, Handled, Page, Reply, Req};
 use crate::app::App;
 use crate::budget::Period;
 use crate::error::ApiError;
-use crate::store::{self, keys::NewKey};
+use crate::store::{self, keys::KeyRecord, keys::NewKey};
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-enum KeyClass {
+pub(super) enum KeyClass {
     Interactive,
     Service,
     Agent,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-enum Role {
+#[schema(as = KeyRole)]
+pub(super) enum Role {
     Manager,
     Developer,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct CreateKey {
+pub(super) struct CreateKey {
+    #[schema(max_length = 200)]
     label: Option<String>,
+    /// Default `interactive`.
     key_class: Option<KeyClass>,
+    #[schema(minimum = 0)]
     budget_usd: Option<f64>,
+    /// Default `developer`.
     role: Option<Role>,
+    /// A team of the tenant.
     team_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A field left out stays as it is; `null` removes the limit.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Limits {
+pub(super) struct Limits {
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 1e12)]
     rpm_limit: Option<Option<i64>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 1e12)]
     tpm_limit: Option<Option<i64>>,
 }
 
+/// A new key: the record and its secret, shown this once.
+#[derive(Serialize, ToSchema)]
+pub(super) struct CreatedKey {
+    #[serde(flatten)]
+    record: KeyRecord,
+    /// The secret (`tollgate_sk_...`); only its SHA-256 is stored.
+    key: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct KeyLimits {
+    id: String,
+    rpm_limit: Option<i64>,
+    tpm_limit: Option<i64>,
+}
+
+/// Create a key (manager)
+#[utoipa::path(post, path = "/v1/keys", operation_id = "createKey", tag = "keys", request_body = CreateKey,
+    responses((status = 201, description = "The key, with its secret", body = CreatedKey),
+        Manager, Authenticated))]
 pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateKey = req.json()?;
@@ -73,11 +104,12 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     )
     .await?;
     app.snapshot.rebuild().await?;
-    let mut out = serde_json::to_value(&rec).map_err(|e| ApiError::internal(e.to_string()))?;
-    out["key"] = json!(secret.secret);
-    Ok(Reply::Json(201, out))
+    Ok(Reply::json(201, &CreatedKey { record: rec, key: secret.secret }))
 }
 
+/// List keys (managers see all, others their own)
+#[utoipa::path(get, path = "/v1/keys", operation_id = "listKeys", tag = "keys", params(super::openapi::PageQuery),
+    responses((status = 200, description = "A page of keys", body = Page<KeyRecord>), Authenticated))]
 pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = page_limit(req)?;
     let only = (!caller.key.is_manager()).then(|| caller.key.record.id.as_str());
@@ -88,9 +120,14 @@ pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     for k in &mut page {
         k.spent_usd = app.ledger.spent("key", &k.id, Period::Total, now);
     }
-    Ok(Reply::Json(200, json!({ "data": page, "nextCursor": next })))
+    Ok(Reply::json(200, &Page { data: page, next_cursor: next }))
 }
 
+/// Revoke a key (manager)
+#[utoipa::path(delete, path = "/v1/keys/{id}", operation_id = "revokeKey", tag = "keys",
+    params(("id" = String, Path, description = "Key id")),
+    responses((status = 204, description = "Revoked: the key fails with 401 from the next request on"),
+        Manager, Missing, Authenticated))]
 pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     caller.require_manager()?;
     if !store::keys::revoke(&app.store, caller.tenant(), id).await? {
@@ -101,6 +138,11 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     Ok(Reply::NoContent)
 }
 
+/// Set a key's rate limits (manager)
+#[utoipa::path(patch, path = "/v1/keys/{id}/limits", operation_id = "setKeyLimits", tag = "keys",
+    params(("id" = String, Path, description = "Key id")), request_body = Limits,
+    responses((status = 200, description = "The limits now in force", body = KeyLimits),
+        Manager, Missing, Authenticated))]
 pub async fn set_limits(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: Limits = req.json()?;
@@ -115,5 +157,5 @@ pub async fn set_limits(app: &App, caller: &Caller, id: &str, req: &Req) -> Hand
         .await?
         .ok_or_else(|| ApiError::not_found("key"))?;
     app.snapshot.rebuild().await?;
-    Ok(Reply::Json(200, json!({ "id": rec.id, "rpmLimit": rec.rpm_limit, "tpmLimit": rec.tpm_limit })))
+    Ok(Reply::json(200, &KeyLimits { id: rec.id, rpm_limit: rec.rpm_limit, tpm_limit: rec.tpm_limit }))
 }

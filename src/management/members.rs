@@ -2,16 +2,18 @@
 //! roles. Members are not keys: changing one does not change what the gateway allows.
 
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
+use super::openapi::{Authenticated, Manager, Missing};
 use super::{present, tenant_team, Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::store::members::{self, MemberPatch, NewMember};
+use crate::store::members::{self, Member, MemberPatch, NewMember};
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-enum Role {
+#[schema(as = MemberRole)]
+pub(super) enum Role {
     Owner,
     Manager,
     Developer,
@@ -29,26 +31,37 @@ impl Role {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct CreateMember {
+pub(super) struct CreateMember {
+    #[schema(max_length = 320, example = "ada@example.com")]
     email: String,
     role: Role,
+    #[schema(max_length = 200)]
     name: Option<String>,
+    #[schema(max_length = 256)]
     idp_user_id: Option<String>,
+    #[schema(max_length = 2048)]
     image_url: Option<String>,
+    /// A team of the tenant.
     team_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Fields left out stay as they are; `teamId: null` takes the member out of its team.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct PatchMember {
+pub(super) struct PatchMember {
+    #[schema(max_length = 320)]
     email: Option<String>,
     role: Option<Role>,
+    #[schema(max_length = 200)]
     name: Option<String>,
+    #[schema(max_length = 256)]
     idp_user_id: Option<String>,
+    #[schema(max_length = 2048)]
     image_url: Option<String>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
     team_id: Option<Option<String>>,
 }
 
@@ -84,11 +97,18 @@ fn text(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, Ap
     }
 }
 
+/// List the tenant's members
+#[utoipa::path(get, path = "/v1/team/members", operation_id = "listMembers", tag = "teams",
+    responses((status = 200, description = "Every member", body = Vec<Member>), Authenticated))]
 pub async fn list(app: &App, caller: &Caller) -> Handled {
     let rows = members::list(&app.store, caller.tenant()).await?;
-    Ok(Reply::Json(200, json!(rows)))
+    Ok(Reply::json(200, &rows))
 }
 
+/// Add a member (manager)
+#[utoipa::path(post, path = "/v1/team/members", operation_id = "createMember", tag = "teams",
+    request_body = CreateMember,
+    responses((status = 201, description = "The member", body = Member), Manager, Authenticated))]
 pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateMember = req.json()?;
@@ -105,9 +125,13 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
         team_id: body.team_id,
     };
     let member = members::insert(&app.store, caller.tenant(), m).await?;
-    Ok(Reply::Json(201, json!(member)))
+    Ok(Reply::json(201, &member))
 }
 
+/// Change a member (manager)
+#[utoipa::path(patch, path = "/v1/team/members/{id}", operation_id = "updateMember", tag = "teams",
+    params(("id" = String, Path, description = "Member id")), request_body = PatchMember,
+    responses((status = 200, description = "The member", body = Member), Manager, Missing, Authenticated))]
 pub async fn update(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: PatchMember = req.json()?;
@@ -124,9 +148,13 @@ pub async fn update(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled 
     };
     let member =
         members::update(&app.store, caller.tenant(), id, patch).await?.ok_or_else(|| ApiError::not_found("member"))?;
-    Ok(Reply::Json(200, json!(member)))
+    Ok(Reply::json(200, &member))
 }
 
+/// Remove a member (manager)
+#[utoipa::path(delete, path = "/v1/team/members/{id}", operation_id = "deleteMember", tag = "teams",
+    params(("id" = String, Path, description = "Member id")),
+    responses((status = 204, description = "Removed"), Manager, Missing, Authenticated))]
 pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     caller.require_manager()?;
     if !members::delete(&app.store, caller.tenant(), id).await? {

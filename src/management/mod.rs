@@ -10,9 +10,12 @@ mod budgets;
 mod compliance;
 mod keys;
 mod members;
+mod nul;
+mod openapi;
 mod policies;
 mod providers;
 mod receipts;
+pub mod routes;
 mod status;
 mod teams;
 
@@ -26,13 +29,15 @@ use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::METRICS;
 use crate::snapshot::KeyEntry;
+use routes::{Found, Op};
 
 pub struct ManagementApp {
     app: Arc<App>,
@@ -80,6 +85,25 @@ pub trait BodyStream: Send {
     async fn next(&mut self) -> Result<Option<Bytes>, ApiError>;
 }
 
+impl Reply {
+    /// A typed answer, serialized as it will be sent (field order kept).
+    pub fn json<T: Serialize>(status: u16, body: &T) -> Reply {
+        match serde_json::to_value(body) {
+            Ok(v) => Reply::Json(status, v),
+            Err(e) => Reply::Json(500, ApiError::internal(e.to_string()).envelope(Flavor::Plain)),
+        }
+    }
+}
+
+/// One page of a cursor-paginated list: pass `nextCursor` back as `?cursor=` for the next one.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    /// Null on the last page.
+    pub next_cursor: Option<String>,
+}
+
 pub type Handled = Result<Reply, ApiError>;
 
 /// One request as the handlers see it.
@@ -96,7 +120,7 @@ impl Req {
         let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &self.body };
         let mut de = serde_json::Deserializer::from_slice(body);
         let parsed: Result<T, _> = serde_path_to_error::deserialize(&mut de);
-        parsed.map_err(|e| {
+        let parsed = parsed.map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let msg = inner.to_string();
@@ -108,7 +132,9 @@ impl Req {
             } else {
                 ApiError::invalid(format!("field `{path}`: {msg}"))
             }
-        })
+        })?;
+        nul::check_json(body)?;
+        Ok(parsed)
     }
 
     pub fn query(&self, name: &str) -> Option<&str> {
@@ -174,27 +200,9 @@ fn parse_query(q: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A query component: `+` is a space, `%XX` a byte (a malformed `%` stays as it is).
 pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
 }
 
 fn bearer(session: &ServerSession) -> Option<String> {
@@ -235,167 +243,82 @@ impl ManagementApp {
         let segments: Vec<String> =
             path.trim_matches('/').split('/').filter(|s| !s.is_empty()).map(percent_decode).collect();
 
-        if segments == ["status"] {
-            return match method {
-                Method::GET => status::get(&self.app).await,
-                _ => Err(method_not_allowed()),
-            };
-        }
+        // Only `/v1/...` needs a key; anything else is public (`/status`, `/openapi.json`) or
+        // unknown. An unknown `/v1` path still answers 401 first: no route oracle without a key.
         if segments.first().map(String::as_str) != Some("v1") {
-            return Err(ApiError::not_found(&format!("route {path}")));
+            let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+            return match routes::find(method.as_str(), &segs) {
+                Found::Route(r, _) if r.op == Op::Status => status::get(&self.app).await,
+                Found::Route(r, _) if r.op == Op::OpenApi => Ok(openapi::openapi_json()),
+                Found::MethodNotAllowed => Err(method_not_allowed()),
+                _ => Err(ApiError::not_found(&format!("route {path}"))),
+            };
         }
         let snap = self.app.snapshot.load();
         let key = bearer(session).and_then(|k| snap.key(&k).cloned()).ok_or_else(ApiError::unauthorized)?;
         key.touch();
         let caller = Caller { key };
         let body = read_body(session, self.app.config.limits.management_max_body_bytes).await?;
+        nul::check_request(&segments, &query)?;
         let req = Req { method, segments, query, body };
         self.route(&caller, &req).await
     }
 
     async fn route(&self, caller: &Caller, req: &Req) -> Handled {
         let app = &self.app;
-        let m = &req.method;
-        match req.seg()[1..] {
-            ["keys"] => match *m {
-                Method::GET => keys::list(app, caller, req).await,
-                Method::POST => keys::create(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["keys", id] => match *m {
-                Method::DELETE => keys::delete(app, caller, id).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["keys", id, "limits"] => match *m {
-                Method::PATCH => keys::set_limits(app, caller, id, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["providers"] => match *m {
-                Method::GET => providers::list(app, caller).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["providers", p] => match *m {
-                Method::PUT => providers::put(app, caller, p, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["providers", p, "test"] => match *m {
-                Method::POST => providers::test(app, caller, p).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["policies"] => match *m {
-                Method::GET => policies::list(app, caller, req).await,
-                Method::POST => policies::create(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["policies", id] => match *m {
-                Method::GET => policies::get(app, caller, id).await,
-                Method::PUT => policies::replace(app, caller, id, req).await,
-                Method::DELETE => policies::delete(app, caller, id).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["receipts"] => match *m {
-                Method::GET => receipts::list(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["receipts", "export"] => match *m {
-                Method::GET => receipts::export(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["receipts", id] => match *m {
-                Method::GET => receipts::get(app, caller, id).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["receipts", id, "verify-chain"] => match *m {
-                Method::GET => receipts::verify_chain(app, caller, id, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["anomalies"] => match *m {
-                Method::GET => analytics::anomalies(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["cache"] => match *m {
-                Method::GET => analytics::cache(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["team", "teams"] => match *m {
-                Method::GET => teams::list(app, caller, req).await,
-                Method::POST => teams::create(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["team", "teams", id] => match *m {
-                Method::GET => teams::get(app, caller, id).await,
-                Method::PATCH => teams::update(app, caller, id, req).await,
-                Method::DELETE => teams::delete(app, caller, id).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["team", "members"] => match *m {
-                Method::GET => members::list(app, caller).await,
-                Method::POST => members::create(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["team", "members", id] => match *m {
-                Method::PATCH => members::update(app, caller, id, req).await,
-                Method::DELETE => members::delete(app, caller, id).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["budgets"] => match *m {
-                Method::GET => budgets::list(app, caller, req).await,
-                Method::POST => budgets::create(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["budgets", "requests"] => match *m {
-                Method::GET => budget_requests::list(app, caller, req).await,
-                Method::POST => budget_requests::create(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["budgets", "requests", id, decision @ ("approve" | "deny")] => match *m {
-                Method::POST => budget_requests::decide(app, caller, id, decision == "approve").await,
-                _ => Err(method_not_allowed()),
-            },
-            ["budgets", id] => match *m {
-                Method::GET => budgets::get(app, caller, id).await,
-                Method::PATCH => budgets::update(app, caller, id, req).await,
-                Method::DELETE => budgets::delete(app, caller, id).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "attestation"] => match *m {
-                Method::GET => compliance::attestation(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "attestation", "receipts", id, "inclusion"] => match *m {
-                Method::GET => compliance::inclusion(app, caller, id, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "evidence-bundle"] => match *m {
-                Method::GET => compliance::evidence_bundle(app, caller, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "signing-keys"] => match *m {
-                Method::GET => compliance::signing_keys(app, caller).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "packs"] => match *m {
-                Method::GET => compliance::packs::list(app, caller).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "packs", framework] => match *m {
-                Method::PUT => compliance::packs::put(app, caller, framework, req).await,
-                Method::DELETE => compliance::packs::delete(app, caller, framework).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "coverage", framework] => match *m {
-                Method::GET => compliance::coverage::coverage(app, caller, framework).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "coverage", framework, "controls", control, "receipts"] => match *m {
-                Method::GET => compliance::coverage::control_receipts(app, caller, framework, control, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            ["compliance", "receipts", id, "controls"] => match *m {
-                Method::GET => compliance::controls::receipt_controls(app, caller, id, req).await,
-                _ => Err(method_not_allowed()),
-            },
-            _ => Err(ApiError::not_found(&format!("route /{}", req.segments.join("/")))),
+        let (op, p) = match routes::find(req.method.as_str(), &req.seg()) {
+            Found::Route(r, params) => (r.op, params),
+            Found::MethodNotAllowed => return Err(method_not_allowed()),
+            Found::NotFound => return Err(ApiError::not_found(&format!("route /{}", req.segments.join("/")))),
+        };
+        match op {
+            Op::Status | Op::OpenApi => Err(ApiError::not_found(&format!("route /{}", req.segments.join("/")))),
+            Op::KeysList => keys::list(app, caller, req).await,
+            Op::KeyCreate => keys::create(app, caller, req).await,
+            Op::KeyRevoke => keys::delete(app, caller, p[0]).await,
+            Op::KeyLimits => keys::set_limits(app, caller, p[0], req).await,
+            Op::ProvidersList => providers::list(app, caller).await,
+            Op::ProviderPut => providers::put(app, caller, p[0], req).await,
+            Op::ProviderTest => providers::test(app, caller, p[0]).await,
+            Op::PoliciesList => policies::list(app, caller, req).await,
+            Op::PolicyCreate => policies::create(app, caller, req).await,
+            Op::PolicyGet => policies::get(app, caller, p[0]).await,
+            Op::PolicyReplace => policies::replace(app, caller, p[0], req).await,
+            Op::PolicyDelete => policies::delete(app, caller, p[0]).await,
+            Op::ReceiptsList => receipts::list(app, caller, req).await,
+            Op::ReceiptsExport => receipts::export(app, caller, req).await,
+            Op::ReceiptGet => receipts::get(app, caller, p[0]).await,
+            Op::ReceiptVerifyChain => receipts::verify_chain(app, caller, p[0], req).await,
+            Op::Anomalies => analytics::anomalies(app, caller, req).await,
+            Op::Cache => analytics::cache(app, caller, req).await,
+            Op::TeamsList => teams::list(app, caller, req).await,
+            Op::TeamCreate => teams::create(app, caller, req).await,
+            Op::TeamGet => teams::get(app, caller, p[0]).await,
+            Op::TeamUpdate => teams::update(app, caller, p[0], req).await,
+            Op::TeamDelete => teams::delete(app, caller, p[0]).await,
+            Op::MembersList => members::list(app, caller).await,
+            Op::MemberCreate => members::create(app, caller, req).await,
+            Op::MemberUpdate => members::update(app, caller, p[0], req).await,
+            Op::MemberDelete => members::delete(app, caller, p[0]).await,
+            Op::BudgetsList => budgets::list(app, caller, req).await,
+            Op::BudgetCreate => budgets::create(app, caller, req).await,
+            Op::BudgetGet => budgets::get(app, caller, p[0]).await,
+            Op::BudgetUpdate => budgets::update(app, caller, p[0], req).await,
+            Op::BudgetDelete => budgets::delete(app, caller, p[0]).await,
+            Op::BudgetRequestsList => budget_requests::list(app, caller, req).await,
+            Op::BudgetRequestCreate => budget_requests::create(app, caller, req).await,
+            Op::BudgetRequestApprove => budget_requests::approve(app, caller, p[0]).await,
+            Op::BudgetRequestDeny => budget_requests::deny(app, caller, p[0]).await,
+            Op::Attestation => compliance::attestation(app, caller, req).await,
+            Op::Inclusion => compliance::inclusion(app, caller, p[0], req).await,
+            Op::EvidenceBundle => compliance::evidence_bundle(app, caller, req).await,
+            Op::SigningKeys => compliance::signing_keys(app, caller).await,
+            Op::PacksList => compliance::packs::list(app, caller).await,
+            Op::PackPut => compliance::packs::put(app, caller, p[0], req).await,
+            Op::PackDelete => compliance::packs::delete(app, caller, p[0]).await,
+            Op::Coverage => compliance::coverage::coverage(app, caller, p[0]).await,
+            Op::ControlReceipts => compliance::coverage::control_receipts(app, caller, p[0], p[1], req).await,
+            Op::ReceiptControls => compliance::controls::receipt_controls(app, caller, p[0], req).await,
         }
     }
 }

@@ -2,10 +2,11 @@
 //! (read-only, `source: "file"`). Every write is validated, compiled and swapped into the
 //! snapshot before it answers, so the next request is evaluated against it.
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::{Caller, Handled, Reply, Req};
+use super::openapi::{string_enum, Authenticated, Conflicting, Manager, Missing, PageQuery};
+use super::{Caller, Handled, Page, Reply, Req};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
 use crate::policy::files::FilePolicy;
@@ -14,12 +15,15 @@ use crate::store::{self, policies::PolicyInput, policies::PolicyRecord};
 
 const FILE_PREFIX: &str = "file:";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct PolicyBody {
+pub(super) struct PolicyBody {
+    #[schema(min_length = 1, max_length = 200)]
     name: String,
+    /// Default true.
     #[serde(default = "enabled_by_default")]
     enabled: bool,
+    /// The policy document (YAML): `rules`, `guardrails`, ...
     yaml: String,
 }
 
@@ -39,60 +43,108 @@ fn input(req: &Req) -> Result<PolicyInput, ApiError> {
     Ok(PolicyInput { name, enabled: body.enabled, yaml: body.yaml })
 }
 
-fn api_json(rec: &PolicyRecord) -> Value {
-    json!({
-        "id": rec.id,
-        "name": rec.name,
-        "enabled": rec.enabled,
-        "yaml": rec.yaml,
-        "source": "api",
-        "createdAt": rec.created_at,
-        "updatedAt": rec.updated_at,
-    })
+/// `api` (made through this API) or `file` (a policy file on disk, read-only here).
+struct PolicySource;
+
+impl utoipa::PartialSchema for PolicySource {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        string_enum(["api", "file"])
+    }
 }
 
-fn file_json(f: &FilePolicy, error: Option<&str>) -> Value {
-    json!({
-        "id": format!("{FILE_PREFIX}{}", f.name),
-        "name": f.name,
-        "enabled": true,
-        "yaml": f.compiled.yaml(),
-        "source": "file",
-        "path": f.path.display().to_string(),
-        "tenant": f.compiled.doc().tenant,
-        // Set while the file on disk is broken: the version shown is the last good one.
-        "error": error,
-        "createdAt": f.modified,
-        "updatedAt": f.modified,
-    })
+impl ToSchema for PolicySource {}
+
+/// A policy as the API shows it; file policies add where they come from.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Policy {
+    /// A UUID, or `file:<file name>` for a policy file.
+    id: String,
+    name: String,
+    enabled: bool,
+    yaml: String,
+    #[schema(value_type = PolicySource)]
+    source: &'static str,
+    /// File policies only: the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    /// File policies only: the tenant the file names, if it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    tenant: Option<Option<String>>,
+    /// File policies only: set while the file on disk is broken (the version shown is then the
+    /// last good one), else null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    error: Option<Option<String>>,
+    created_at: String,
+    updated_at: String,
+}
+
+fn api_policy(rec: &PolicyRecord) -> Policy {
+    Policy {
+        id: rec.id.clone(),
+        name: rec.name.clone(),
+        enabled: rec.enabled,
+        yaml: rec.yaml.clone(),
+        source: "api",
+        path: None,
+        tenant: None,
+        error: None,
+        created_at: rec.created_at.clone(),
+        updated_at: rec.updated_at.clone(),
+    }
+}
+
+fn file_policy(f: &FilePolicy, error: Option<&str>) -> Policy {
+    Policy {
+        id: format!("{FILE_PREFIX}{}", f.name),
+        name: f.name.clone(),
+        enabled: true,
+        yaml: f.compiled.yaml().to_string(),
+        source: "file",
+        path: Some(f.path.display().to_string()),
+        tenant: Some(f.compiled.doc().tenant.clone()),
+        error: Some(error.map(str::to_string)),
+        created_at: f.modified.clone(),
+        updated_at: f.modified.clone(),
+    }
 }
 
 /// The policy files in force for the caller's tenant, by file name.
-fn files_for(app: &App, caller: &Caller) -> Vec<Value> {
+fn files_for(app: &App, caller: &Caller) -> Vec<Policy> {
     let snap = app.snapshot.load();
     let name = snap.tenant_name(caller.tenant()).unwrap_or_default().to_string();
     let set = app.snapshot.files.current();
     set.policies
         .iter()
         .filter(|f| f.compiled.applies_to(caller.tenant(), &name))
-        .map(|f| file_json(f, set.error_of(&f.name)))
+        .map(|f| file_policy(f, set.error_of(&f.name)))
         .collect()
 }
 
-fn file_for(app: &App, caller: &Caller, id: &str) -> Option<Value> {
-    files_for(app, caller).into_iter().find(|v| v["id"] == id)
+fn file_for(app: &App, caller: &Caller, id: &str) -> Option<Policy> {
+    files_for(app, caller).into_iter().find(|p| p.id == id)
 }
 
+/// Create a policy (manager)
+#[utoipa::path(post, path = "/v1/policies", operation_id = "createPolicy", tag = "policies", request_body = PolicyBody,
+    responses((status = 201, description = "The policy, in force from the next request", body = Policy),
+        Manager, Authenticated))]
 pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let p = input(req)?;
     let rec = store::policies::insert(&app.store, caller.tenant(), p).await?;
     app.snapshot.rebuild().await?;
     log::info!("policy {} of tenant {} created", rec.id, caller.tenant());
-    Ok(Reply::Json(201, api_json(&rec)))
+    Ok(Reply::json(201, &api_policy(&rec)))
 }
 
+/// List policies: the API's, then the policy files that apply
+///
 /// API policies in creation order, then the applicable files by name; one cursor walks both.
+#[utoipa::path(get, path = "/v1/policies", operation_id = "listPolicies", tag = "policies", params(PageQuery),
+    responses((status = 200, description = "A page of policies", body = Page<Policy>), Authenticated))]
 pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = match req.query("limit") {
         None => 50,
@@ -103,47 +155,56 @@ pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
             .ok_or_else(|| ApiError::invalid("query `limit` must be an integer from 1 to 200"))?,
     };
     let cursor = req.query("cursor").filter(|c| !c.is_empty());
-    let mut page: Vec<Value> = Vec::new();
+    let mut page: Vec<Policy> = Vec::new();
     if !cursor.is_some_and(|c| c.starts_with(FILE_PREFIX)) {
         let rows = store::policies::list(&app.store, caller.tenant(), cursor, limit as i64 + 1).await?;
         if rows.len() > limit {
-            let page: Vec<Value> = rows[..limit].iter().map(api_json).collect();
-            let next = rows[limit - 1].id.clone();
-            return Ok(Reply::Json(200, json!({ "data": page, "nextCursor": next })));
+            let data = rows[..limit].iter().map(api_policy).collect();
+            let next = Some(rows[limit - 1].id.clone());
+            return Ok(Reply::json(200, &Page { data, next_cursor: next }));
         }
-        page.extend(rows.iter().map(api_json));
+        page.extend(rows.iter().map(api_policy));
     }
     let files = files_for(app, caller);
     let after_file = cursor.filter(|c| c.starts_with(FILE_PREFIX));
-    let mut rest = files.into_iter().filter(|f| after_file.is_none_or(|c| f["id"].as_str().is_some_and(|id| id > c)));
+    let mut rest = files.into_iter().filter(|f| after_file.is_none_or(|c| f.id.as_str() > c));
     page.extend(rest.by_ref().take(limit - page.len()));
-    let next = if rest.next().is_some() { page.last().map(|v| v["id"].clone()) } else { None };
-    Ok(Reply::Json(200, json!({ "data": page, "nextCursor": next })))
+    let next = if rest.next().is_some() { page.last().map(|p| p.id.clone()) } else { None };
+    Ok(Reply::json(200, &Page { data: page, next_cursor: next }))
 }
 
+/// Get a policy
+#[utoipa::path(get, path = "/v1/policies/{id}", operation_id = "getPolicy", tag = "policies",
+    params(("id" = String, Path, description = "Policy id (a UUID or `file:<name>`)")),
+    responses((status = 200, description = "The policy", body = Policy), Missing, Authenticated))]
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
     if id.starts_with(FILE_PREFIX) {
-        return file_for(app, caller, id).map(|v| Reply::Json(200, v)).ok_or_else(|| ApiError::not_found("policy"));
+        return file_for(app, caller, id).map(|p| Reply::json(200, &p)).ok_or_else(|| ApiError::not_found("policy"));
     }
     let rec =
         store::policies::get(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("policy"))?;
-    Ok(Reply::Json(200, api_json(&rec)))
+    Ok(Reply::json(200, &api_policy(&rec)))
 }
 
 /// Files are edited on disk, not through the API; another tenant's file is simply not found.
 fn file_is_read_only(app: &App, caller: &Caller, id: &str) -> ApiError {
     match file_for(app, caller, id) {
-        Some(v) => ApiError::new(
+        Some(p) => ApiError::new(
             ErrorKind::Conflict,
             format!(
                 "policy `{id}` is managed on disk ({}): edit or remove the file; the change is picked up automatically",
-                v["path"].as_str().unwrap_or_default()
+                p.path.unwrap_or_default()
             ),
         ),
         None => ApiError::not_found("policy"),
     }
 }
 
+/// Replace an API policy (manager); file policies are edited on disk (409)
+#[utoipa::path(put, path = "/v1/policies/{id}", operation_id = "replacePolicy", tag = "policies",
+    params(("id" = String, Path, description = "Policy id")), request_body = PolicyBody,
+    responses((status = 200, description = "The policy, in force from the next request", body = Policy),
+        Manager, Missing, Conflicting, Authenticated))]
 pub async fn replace(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     caller.require_manager()?;
     if id.starts_with(FILE_PREFIX) {
@@ -155,9 +216,13 @@ pub async fn replace(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled
         .ok_or_else(|| ApiError::not_found("policy"))?;
     app.snapshot.rebuild().await?;
     log::info!("policy {id} of tenant {} replaced", caller.tenant());
-    Ok(Reply::Json(200, api_json(&rec)))
+    Ok(Reply::json(200, &api_policy(&rec)))
 }
 
+/// Delete an API policy (manager); file policies are removed on disk (409)
+#[utoipa::path(delete, path = "/v1/policies/{id}", operation_id = "deletePolicy", tag = "policies",
+    params(("id" = String, Path, description = "Policy id")),
+    responses((status = 204, description = "Deleted"), Manager, Missing, Conflicting, Authenticated))]
 pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     caller.require_manager()?;
     if id.starts_with(FILE_PREFIX) {

@@ -1,8 +1,10 @@
 //! `/v1/providers`: masked credentials, create-or-replace, and a live test call.
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::openapi::{string_enum, Authenticated, Manager};
 use super::{Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::config::ProviderName;
@@ -16,28 +18,78 @@ fn provider_from_path(p: &str) -> Result<ProviderName, ApiError> {
     })
 }
 
-/// The seed's masked credential and nothing beside it: the base URL and region stay server-side.
-fn masked(row: &CredentialRow) -> Value {
-    json!({
-        "provider": row.provider,
-        "status": row.status,
-        "keyHint": row.key_hint,
-        "updatedAt": row.updated_at,
-    })
+impl utoipa::PartialSchema for ProviderName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        string_enum(ProviderName::ALL.map(ProviderName::as_str))
+    }
 }
 
+impl ToSchema for ProviderName {}
+
+/// `active`, `failing` (the last test failed) or `unconfigured`.
+struct CredentialStatus;
+
+impl utoipa::PartialSchema for CredentialStatus {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        string_enum(["active", "failing", "unconfigured"])
+    }
+}
+
+impl ToSchema for CredentialStatus {}
+
+/// The seed's masked credential and nothing beside it: the base URL and region stay server-side.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct MaskedCredential<'a> {
+    #[schema(value_type = ProviderName)]
+    provider: &'a str,
+    #[schema(value_type = CredentialStatus)]
+    status: &'a str,
+    /// The last 4 characters of the secret; empty when unconfigured.
+    key_hint: &'a str,
+    updated_at: Option<&'a str>,
+}
+
+fn masked(row: &CredentialRow) -> MaskedCredential<'_> {
+    MaskedCredential {
+        provider: &row.provider,
+        status: &row.status,
+        key_hint: &row.key_hint,
+        updated_at: Some(&row.updated_at),
+    }
+}
+
+/// The outcome of a live test call.
+#[derive(Serialize, ToSchema)]
+pub(super) struct ProviderTest {
+    ok: bool,
+    reason: String,
+}
+
+/// List the providers' masked credentials
+#[utoipa::path(get, path = "/v1/providers", operation_id = "listProviders", tag = "providers",
+    responses((status = 200, description = "One entry per provider, configured or not", body = Vec<MaskedCredential>),
+        Authenticated))]
 pub async fn list(app: &App, caller: &Caller) -> Handled {
     let rows = store::providers::for_tenant(&app.store, caller.tenant()).await?;
-    let out: Vec<Value> = ProviderName::ALL
+    let out: Vec<MaskedCredential> = ProviderName::ALL
         .iter()
         .map(|p| match rows.iter().find(|r| r.provider == p.as_str()) {
             Some(r) => masked(r),
-            None => json!({ "provider": p.as_str(), "status": "unconfigured", "keyHint": "", "updatedAt": null }),
+            None => MaskedCredential { provider: p.as_str(), status: "unconfigured", key_hint: "", updated_at: None },
         })
         .collect();
-    Ok(Reply::Json(200, Value::Array(out)))
+    Ok(Reply::json(200, &out))
 }
 
+/// Create or replace a provider's credentials (manager)
+///
+/// `openai` and `anthropic` take `api_key` (and `base_url`); `bedrock` takes `access_key_id`,
+/// `secret_access_key` and `region`; `vertex` takes `service_account_json` and `region`.
+#[utoipa::path(put, path = "/v1/providers/{provider}", operation_id = "putProvider", tag = "providers",
+    params(("provider" = ProviderName, Path)), request_body = CredentialBody,
+    responses((status = 200, description = "The masked credential", body = MaskedCredential),
+        Manager, Authenticated))]
 pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handled {
     caller.require_manager()?;
     let p = provider_from_path(provider)?;
@@ -59,44 +111,58 @@ pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handl
     .await?;
     app.snapshot.rebuild().await?;
     log::info!("provider {p} credentials replaced for tenant {}", caller.tenant());
-    Ok(Reply::Json(200, masked(&row)))
+    Ok(Reply::json(200, &masked(&row)))
 }
 
-/// A minimal authenticated call (`GET /v1/models`) with the stored credential.
+/// Test a provider's stored credentials (manager)
+///
+/// A minimal authenticated call with the stored credential: `GET /v1/models` for OpenAI and
+/// Anthropic, a signed Converse call for Bedrock (its validation error proves the signature
+/// was accepted), a token minted and a one-token `generateContent` for Vertex.
+#[utoipa::path(post, path = "/v1/providers/{provider}/test", operation_id = "testProvider", tag = "providers",
+    params(("provider" = ProviderName, Path)),
+    responses((status = 200, description = "Whether the provider accepted the credential", body = ProviderTest),
+        Manager, Authenticated))]
 pub async fn test(app: &App, caller: &Caller, provider: &str) -> Handled {
     caller.require_manager()?;
     let p = provider_from_path(provider)?;
     let snap = app.snapshot.load();
     let Some(cred) = snap.provider(caller.tenant(), p).cloned() else {
-        return Ok(Reply::Json(200, json!({ "ok": false, "reason": format!("no credentials stored for {p}") })));
+        return Ok(Reply::json(200, &ProviderTest { ok: false, reason: format!("no credentials stored for {p}") }));
     };
-    let (ok, reason) = match (p, &cred.api_key) {
-        (ProviderName::OpenAi | ProviderName::Anthropic, Some(key)) => {
-            let mut headers = vec![("accept", "application/json".to_string())];
-            if p == ProviderName::Anthropic {
-                headers.push(("x-api-key", key.expose().to_string()));
-                headers.push(("anthropic-version", snap.config.providers.anthropic.version.clone()));
-            } else {
-                headers.push(("authorization", format!("Bearer {}", key.expose())));
-            }
-            match app.upstream.send(&cred.base_url, "GET", "/v1/models", &headers, Bytes::new()).await {
-                Ok(mut resp) => {
-                    let status = resp.header().status.as_u16();
-                    let _ = resp.read_all(1 << 20).await;
-                    resp.release().await;
-                    if (200..300).contains(&status) {
-                        (true, "ok".to_string())
-                    } else {
-                        (false, format!("{p} answered HTTP {status}"))
-                    }
-                }
-                Err(e) => (false, e.to_string()),
-            }
-        }
-        _ => (false, format!("connection tests for {p} are not available in this version")),
-    };
+    let (ok, reason) = probe(app, &snap, &cred).await;
     let status = if ok { "active" } else { "failing" };
     store::providers::set_status(&app.store, caller.tenant(), p.as_str(), status).await?;
     app.snapshot.rebuild().await?;
-    Ok(Reply::Json(200, json!({ "ok": ok, "reason": reason })))
+    Ok(Reply::json(200, &ProviderTest { ok, reason }))
+}
+
+/// The provider's test call: whether the credential was accepted, and why not.
+async fn probe(app: &App, snap: &crate::snapshot::Snapshot, cred: &crate::snapshot::ProviderCred) -> (bool, String) {
+    let provider = crate::providers::provider(cred.provider);
+    let probe = provider.probe();
+    let env = crate::providers::Env { config: &snap.config, tokens: &app.tokens };
+    let mut call =
+        match provider.prepare(&env, cred, probe.target, Bytes::from_static(probe.body.as_bytes()), &|_| None).await {
+            Ok(call) => call,
+            Err(e) => return (false, e.message),
+        };
+    call.method = probe.method;
+    if probe.method == "GET" {
+        call.body = Bytes::new();
+        call.headers.retain(|(k, _)| *k != "content-type");
+    }
+    match app.upstream.send(&cred.base_url, call.method, &call.path, &call.headers, call.body).await {
+        Ok(mut resp) => {
+            let status = resp.header().status.as_u16();
+            let _ = resp.read_all(1 << 20).await;
+            resp.release().await;
+            if (200..300).contains(&status) || probe.accepted.contains(&status) {
+                (true, "ok".to_string())
+            } else {
+                (false, format!("{} answered HTTP {status}", cred.provider))
+            }
+        }
+        Err(e) => (false, e.to_string()),
+    }
 }

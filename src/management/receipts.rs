@@ -3,12 +3,16 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{string_enum, Authenticated, Missing};
 use super::{BodyStream, Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::receipts::{canonical, chain, signer, UpstreamStatus};
+use crate::receipts::canonical::Receipt;
+use crate::receipts::{canonical, chain, chain::ChainReport, signer, Check, UpstreamStatus};
 use crate::store::receipts::{Filter, StoredReceipt};
 use crate::store::{self, Store};
 
@@ -59,16 +63,102 @@ fn filter(req: &Req) -> Result<Filter, ApiError> {
     })
 }
 
-pub(super) fn list_entry(r: &StoredReceipt) -> Value {
-    let c = &r.receipt;
-    json!({
-        "seq": c.seq, "receiptId": c.receipt_id, "requestId": c.request_id, "actor": c.actor,
-        "provider": c.provider, "model": c.model, "promptTokens": c.prompt_tokens,
-        "completionTokens": c.completion_tokens, "costUsd": c.cost_usd, "checks": c.checks,
-        "upstreamStatus": c.upstream_status, "ts": c.ts, "kind": r.kind,
-    })
+impl utoipa::PartialSchema for UpstreamStatus {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        string_enum(UpstreamStatus::ALL.iter().map(|s| s.as_str()))
+    }
 }
 
+impl ToSchema for UpstreamStatus {}
+
+/// `model_call` or `tool_call`.
+struct ReceiptKind;
+
+impl utoipa::PartialSchema for ReceiptKind {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::receipts::Kind;
+        string_enum([Kind::ModelCall, Kind::ToolCall].map(Kind::as_str))
+    }
+}
+
+impl ToSchema for ReceiptKind {}
+
+/// The filters of the receipt list and export.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+#[allow(dead_code)] // describes the query string for the document; `filter` reads it
+pub(super) struct ReceiptFilter {
+    /// Receipts at or after this instant (RFC 3339).
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// Receipts at or before this instant (RFC 3339).
+    #[param(format = DateTime)]
+    to: Option<String>,
+    /// The key id that made the request.
+    actor: Option<String>,
+    provider: Option<String>,
+    model: Option<String>,
+    /// Receipts with a check of this name.
+    check: Option<String>,
+    #[param(inline)]
+    upstream_status: Option<UpstreamStatus>,
+}
+
+/// A receipt in a list: its main fields, without hashes and signature.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ReceiptEntry<'a> {
+    seq: u64,
+    receipt_id: &'a str,
+    request_id: &'a str,
+    actor: &'a str,
+    provider: &'a str,
+    model: &'a str,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    cost_usd: f64,
+    checks: &'a [Check],
+    #[schema(value_type = UpstreamStatus)]
+    upstream_status: &'a str,
+    ts: &'a str,
+    #[schema(value_type = ReceiptKind)]
+    kind: &'a str,
+}
+
+pub(super) fn list_entry(r: &StoredReceipt) -> ReceiptEntry<'_> {
+    let c = &r.receipt;
+    ReceiptEntry {
+        seq: c.seq,
+        receipt_id: &c.receipt_id,
+        request_id: &c.request_id,
+        actor: &c.actor,
+        provider: &c.provider,
+        model: &c.model,
+        prompt_tokens: c.prompt_tokens,
+        completion_tokens: c.completion_tokens,
+        cost_usd: c.cost_usd,
+        checks: &c.checks,
+        upstream_status: c.upstream_status.as_str(),
+        ts: &c.ts,
+        kind: &r.kind,
+    }
+}
+
+/// A page of receipts, newest first.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ReceiptPage<'a> {
+    receipts: Vec<ReceiptEntry<'a>>,
+    /// The `seq` to pass as `?cursor=` for the next page; null on the last.
+    next_cursor: Option<u64>,
+}
+
+/// List receipts
+#[utoipa::path(get, path = "/v1/receipts", operation_id = "listReceipts", tag = "receipts",
+    params(ReceiptFilter,
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Page size, default 25"),
+        ("cursor" = Option<u64>, Query, minimum = 1, description = "`nextCursor` of the previous page")),
+    responses((status = 200, description = "A page of receipts", body = ReceiptPage), Authenticated))]
 pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = number(req, "limit", 1, 200)?.unwrap_or(25);
     let cursor = number(req, "cursor", 1, u64::MAX >> 11)?;
@@ -77,8 +167,8 @@ pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let more = rows.len() as u64 > limit;
     rows.truncate(limit as usize);
     let next = if more { rows.last().map(|r| r.receipt.seq) } else { None };
-    let receipts: Vec<Value> = rows.iter().map(list_entry).collect();
-    Ok(Reply::Json(200, json!({ "receipts": receipts, "nextCursor": next })))
+    let receipts = rows.iter().map(list_entry).collect();
+    Ok(Reply::json(200, &ReceiptPage { receipts, next_cursor: next }))
 }
 
 /// The signature check of one stored receipt against the registry key it names.
@@ -102,15 +192,51 @@ fn full(r: &StoredReceipt, names: [&str; 4]) -> Map<String, Value> {
     m
 }
 
+/// The signed receipt as signed, its chain fields, and a signature check made now.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct FullReceipt<'a> {
+    #[serde(flatten)]
+    receipt: &'a Receipt,
+    this_hash: &'a str,
+    /// Ed25519 over the canonical (JCS) bytes, base64.
+    signature: &'a str,
+    key_id: &'a str,
+    #[schema(value_type = ReceiptKind)]
+    kind: &'a str,
+    receipt_pack_version: &'a str,
+    /// Whether the signature and hash verify now against the signing-key registry.
+    verified: bool,
+}
+
+/// Get one receipt, with a fresh signature check
+#[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "receipts",
+    params(("id" = String, Path, description = "Receipt id (`x-tollgate-receipt-id`)")),
+    responses((status = 200, description = "The receipt", body = FullReceipt), Missing, Authenticated))]
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
     let r =
         store::receipts::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
-    let mut m = full(&r, ["thisHash", "signature", "keyId", "kind"]);
-    m.insert("receiptPackVersion".into(), json!(r.pack_version));
-    m.insert("verified".into(), json!(verified(&app.store, &r).await?));
-    Ok(Reply::Json(200, Value::Object(m)))
+    let verified = verified(&app.store, &r).await?;
+    Ok(Reply::json(
+        200,
+        &FullReceipt {
+            receipt: &r.receipt,
+            this_hash: &r.this_hash,
+            signature: &r.signature,
+            key_id: &r.key_id,
+            kind: &r.kind,
+            receipt_pack_version: &r.pack_version,
+            verified,
+        },
+    ))
 }
 
+/// Verify the hash chain up to a receipt
+#[utoipa::path(get, path = "/v1/receipts/{id}/verify-chain", operation_id = "verifyChain", tag = "receipts",
+    params(("id" = String, Path, description = "Receipt id"),
+        ("from" = Option<u64>, Query, minimum = 1, description = "First seq, default 1"),
+        ("to" = Option<u64>, Query, minimum = 1, description = "Last seq, default the receipt's own")),
+    responses((status = 200, description = "The chain report", body = ChainReport), Missing, Authenticated))]
 pub async fn verify_chain(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     let r =
         store::receipts::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
@@ -120,15 +246,26 @@ pub async fn verify_chain(app: &App, caller: &Caller, id: &str, req: &Req) -> Ha
         return Err(ApiError::invalid("query `from` must not be greater than `to`"));
     }
     let report = chain::verify(&app.store, caller.tenant(), from, to).await?;
-    Ok(Reply::Json(200, serde_json::to_value(report).unwrap_or(Value::Null)))
+    Ok(Reply::json(200, &report))
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, ToSchema)]
+#[schema(rename_all = "lowercase", as = ExportFormat)]
 enum Format {
     Jsonl,
     Csv,
 }
 
+/// Export receipts as JSON Lines or CSV, streamed
+#[utoipa::path(get, path = "/v1/receipts/export", operation_id = "exportReceipts", tag = "receipts",
+    params(ReceiptFilter,
+        ("format" = inline(Option<Format>), Query, description = "Default jsonl"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 50_000, description = "At most this many, default 10000")),
+    responses((status = 200, description = "The receipts, oldest first: one JSON object per line, or CSV with a header row",
+            content((String = "application/x-ndjson"), (String = "text/csv")),
+            headers(("x-tollgate-truncated" = bool, description = "Whether more receipts matched than `limit`"),
+                ("content-disposition" = String, description = "attachment; filename=..."))),
+        Authenticated))]
 pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
     let format = match req.query("format").unwrap_or("jsonl") {
         "jsonl" => Format::Jsonl,

@@ -3,16 +3,56 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::openapi::string_enum;
 use super::{Handled, Reply};
 use crate::app::App;
 use crate::config::ProviderName;
 
-fn component(name: &str, group: &str, status: &str, critical: bool, detail: String) -> Value {
-    json!({ "name": name, "group": group, "status": status, "critical": critical, "detail": detail })
+/// `operational`, `degraded`, `outage`, or (a component only) `unconfigured`.
+struct Health;
+
+impl utoipa::PartialSchema for Health {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        string_enum(["operational", "degraded", "outage", UNCONFIGURED])
+    }
 }
 
+impl ToSchema for Health {}
+
+/// One checked part of the service.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Component {
+    name: String,
+    /// `core`, `providers` or `background`.
+    group: &'static str,
+    #[schema(value_type = Health)]
+    status: &'static str,
+    /// Whether its outage is the whole service's.
+    critical: bool,
+    detail: String,
+}
+
+fn component(name: &str, group: &'static str, status: &'static str, critical: bool, detail: String) -> Component {
+    Component { name: name.to_string(), group, status, critical, detail }
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct StatusReport {
+    #[schema(value_type = Health)]
+    status: &'static str,
+    components: Vec<Component>,
+    updated_at: String,
+}
+
+/// Service status (no key needed)
+///
+/// Real component checks, no tenant data.
+#[utoipa::path(get, path = "/status", operation_id = "getStatus", tag = "meta", security(()),
+    responses((status = 200, description = "The overall status and each component's", body = StatusReport)))]
 pub async fn get(app: &App) -> Handled {
     let mut components = Vec::new();
     components.push(component(
@@ -88,7 +128,7 @@ pub async fn get(app: &App) -> Handled {
 
     let overall = overall(&components);
     let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
-    Ok(Reply::Json(200, json!({ "status": overall, "components": components, "updatedAt": updated })))
+    Ok(Reply::json(200, &StatusReport { status: overall, components, updated_at: updated }))
 }
 
 /// A component that is switched off, not failing: it says so, but does not degrade the whole.
@@ -96,10 +136,10 @@ const UNCONFIGURED: &str = "unconfigured";
 
 /// `outage` when a critical component is out, `degraded` when any other is neither operational
 /// nor unconfigured, else `operational`.
-fn overall(components: &[Value]) -> &'static str {
-    if components.iter().any(|c| c["critical"] == true && c["status"] == "outage") {
+fn overall(components: &[Component]) -> &'static str {
+    if components.iter().any(|c| c.critical && c.status == "outage") {
         "outage"
-    } else if components.iter().any(|c| c["status"] != "operational" && c["status"] != UNCONFIGURED) {
+    } else if components.iter().any(|c| c.status != "operational" && c.status != UNCONFIGURED) {
         "degraded"
     } else {
         "operational"
@@ -108,7 +148,7 @@ fn overall(components: &[Value]) -> &'static str {
 
 /// Policy files that fail to parse keep their last good version in force: degraded, naming
 /// each broken file and its error (line, column, field), until the file is fixed.
-fn policies_component(app: &App) -> Value {
+fn policies_component(app: &App) -> Component {
     let files = app.snapshot.files.current();
     let api = app.snapshot.load().api_policy_count();
     let dir = app.snapshot.files.dir().display().to_string();
@@ -143,7 +183,7 @@ mod tests {
 
     #[test]
     fn unconfigured_components_do_not_degrade_the_whole() {
-        let c = |status: &str, critical: bool| component("x", "core", status, critical, String::new());
+        let c = |status: &'static str, critical: bool| component("x", "core", status, critical, String::new());
         assert_eq!(overall(&[c("operational", true), c(UNCONFIGURED, false)]), "operational");
         assert_eq!(overall(&[c(UNCONFIGURED, false), c("degraded", false)]), "degraded");
         assert_eq!(overall(&[c(UNCONFIGURED, false), c("outage", true)]), "outage");

@@ -2,25 +2,33 @@
 //! `budgetPoolUsd` caps the spend of its keys, so writes swap a new snapshot in before answering.
 
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
-use super::{page_limit, paginate, present, usd, Caller, Handled, Reply, Req};
+use super::openapi::{Authenticated, Conflicting, Manager, Missing, PageQuery};
+use super::{page_limit, paginate, present, usd, Caller, Handled, Page, Reply, Req};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
-use crate::store::teams::{self, Deleted, Saved};
+use crate::store::teams::{self, Deleted, Saved, Team};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct CreateTeam {
+pub(super) struct CreateTeam {
+    /// Unique in the tenant.
+    #[schema(min_length = 1, max_length = 200)]
     name: String,
+    /// Caps the sum spent by the team's keys.
+    #[schema(minimum = 0)]
     budget_pool_usd: Option<f64>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `budgetPoolUsd` left out stays as it is; `null` removes the cap.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct PatchTeam {
+pub(super) struct PatchTeam {
+    #[schema(min_length = 1, max_length = 200)]
     name: String,
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, minimum = 0)]
     budget_pool_usd: Option<Option<f64>>,
 }
 
@@ -47,6 +55,9 @@ fn saved(s: Saved, name: &str) -> Result<teams::Team, ApiError> {
     }
 }
 
+/// Create a team (manager)
+#[utoipa::path(post, path = "/v1/team/teams", operation_id = "createTeam", tag = "teams", request_body = CreateTeam,
+    responses((status = 201, description = "The team", body = Team), Manager, Conflicting, Authenticated))]
 pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateTeam = req.json()?;
@@ -54,21 +65,33 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     let pool = body.budget_pool_usd.map(|p| usd("budgetPoolUsd", p)).transpose()?;
     let team = saved(teams::create(&app.store, caller.tenant(), &name, pool).await?, &name)?;
     app.snapshot.rebuild().await?;
-    Ok(Reply::Json(201, json!(team)))
+    Ok(Reply::json(201, &team))
 }
 
+/// List teams
+#[utoipa::path(get, path = "/v1/team/teams", operation_id = "listTeams", tag = "teams", params(PageQuery),
+    responses((status = 200, description = "A page of teams", body = Page<Team>), Authenticated))]
 pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = page_limit(req)?;
     let rows = teams::list(&app.store, caller.tenant(), req.query("cursor"), limit + 1).await?;
     let (page, next) = paginate(rows, limit, |t| &t.id);
-    Ok(Reply::Json(200, json!({ "data": page, "nextCursor": next })))
+    Ok(Reply::json(200, &Page { data: page, next_cursor: next }))
 }
 
+/// Get a team
+#[utoipa::path(get, path = "/v1/team/teams/{id}", operation_id = "getTeam", tag = "teams",
+    params(("id" = String, Path, description = "Team id")),
+    responses((status = 200, description = "The team", body = Team), Missing, Authenticated))]
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
     let team = teams::get(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("team"))?;
-    Ok(Reply::Json(200, json!(team)))
+    Ok(Reply::json(200, &team))
 }
 
+/// Rename a team or change its budget pool (manager)
+#[utoipa::path(patch, path = "/v1/team/teams/{id}", operation_id = "updateTeam", tag = "teams",
+    params(("id" = String, Path, description = "Team id")), request_body = PatchTeam,
+    responses((status = 200, description = "The team", body = Team), Manager, Missing, Conflicting,
+        Authenticated))]
 pub async fn update(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: PatchTeam = req.json()?;
@@ -79,9 +102,13 @@ pub async fn update(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled 
     };
     let team = saved(teams::update(&app.store, caller.tenant(), id, &name, pool).await?, &name)?;
     app.snapshot.rebuild().await?;
-    Ok(Reply::Json(200, json!(team)))
+    Ok(Reply::json(200, &team))
 }
 
+/// Delete a team without keys (manager)
+#[utoipa::path(delete, path = "/v1/team/teams/{id}", operation_id = "deleteTeam", tag = "teams",
+    params(("id" = String, Path, description = "Team id")),
+    responses((status = 204, description = "Deleted"), Manager, Missing, Conflicting, Authenticated))]
 pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     caller.require_manager()?;
     match teams::delete(&app.store, caller.tenant(), id).await? {

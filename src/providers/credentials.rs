@@ -4,14 +4,17 @@
 use serde::Deserialize;
 use serde_json::json;
 
+use super::bedrock::sign::AwsKeys;
+use super::vertex_auth::ServiceAccount;
 use crate::config::{Config, ProviderName};
 use crate::sealing::MasterKey;
 use crate::secret::Secret;
+use crate::snapshot::ProviderAuth;
 use crate::store::providers::CredentialRow;
 use crate::upstream::BaseUrl;
 
 /// The union of the fields the four providers take; which are required depends on the provider.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialBody {
     pub api_key: Option<String>,
@@ -93,14 +96,10 @@ impl CredentialBody {
             }
             ProviderName::Vertex => {
                 let sa = nonempty(&self.service_account_json).unwrap_or_default();
-                let parsed: serde_json::Value = serde_json::from_str(sa)
-                    .map_err(|_| "field service_account_json: not a JSON document".to_string())?;
-                for f in ["client_email", "private_key"] {
-                    if parsed.get(f).and_then(|v| v.as_str()).is_none() {
-                        return Err(format!("field service_account_json: missing `{f}`"));
-                    }
-                }
-                let id = parsed.get("private_key_id").and_then(|v| v.as_str()).unwrap_or("");
+                // The parse the token source uses: a key file that cannot mint a token is refused
+                // when it is stored, naming what is wrong, rather than on the first request.
+                let account = ServiceAccount::parse(sa).map_err(|e| e.to_string())?;
+                let id = account.private_key_id.as_str();
                 (json!({ "service_account_json": sa }), Secret::new(id).hint())
             }
         };
@@ -118,11 +117,43 @@ pub fn open(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<cra
     let provider = ProviderName::parse(&row.provider).ok_or("unknown provider")?;
     let clear = master.open(&row.sealed, &context(&row.tenant_id, provider)).map_err(|e| e.to_string())?;
     let v: serde_json::Value = serde_json::from_slice(&clear).map_err(|_| "stored secret is not JSON")?;
-    let api_key = v.get("api_key").and_then(|k| k.as_str()).map(Secret::new);
-    let url = row.base_url.clone().unwrap_or_else(|| cfg.provider_defaults(provider).base_url.clone());
+    let field = |name: &str| v.get(name).and_then(|k| k.as_str()).unwrap_or_default().to_string();
+    let region = row.region.clone().unwrap_or_default();
+    let auth = match provider {
+        ProviderName::OpenAi | ProviderName::Anthropic => ProviderAuth::ApiKey(Secret::new(field("api_key"))),
+        ProviderName::Bedrock => ProviderAuth::Aws {
+            keys: AwsKeys {
+                access_key_id: field("access_key_id"),
+                secret_access_key: field("secret_access_key"),
+                session_token: None,
+            },
+            region: region.clone(),
+        },
+        ProviderName::Vertex => ProviderAuth::Google {
+            account: std::sync::Arc::new(
+                ServiceAccount::parse(&field("service_account_json")).map_err(|e| e.to_string())?,
+            ),
+            location: if region.is_empty() { DEFAULT_VERTEX_LOCATION.to_string() } else { region.clone() },
+        },
+    };
+    let url = match (&row.base_url, provider) {
+        (Some(url), _) => url.clone(),
+        // The regional endpoints, unless config names one for every tenant.
+        (None, ProviderName::Bedrock) if cfg.providers.bedrock.base_url.is_empty() => {
+            format!("https://bedrock-runtime.{region}.amazonaws.com")
+        }
+        (None, ProviderName::Vertex) if cfg.providers.vertex.base_url.is_empty() => {
+            let location = if region.is_empty() { DEFAULT_VERTEX_LOCATION } else { region.as_str() };
+            format!("https://{location}-aiplatform.googleapis.com")
+        }
+        (None, _) => cfg.provider_defaults(provider).base_url.clone(),
+    };
     let base_url = BaseUrl::parse(&url)?;
-    Ok(crate::snapshot::ProviderCred { provider, api_key, base_url, status: row.status.clone() })
+    Ok(crate::snapshot::ProviderCred { provider, auth, base_url, status: row.status.clone() })
 }
+
+/// Vertex's region when the credential names none.
+pub const DEFAULT_VERTEX_LOCATION: &str = "us-central1";
 
 #[cfg(test)]
 mod tests {
@@ -165,7 +196,8 @@ mod tests {
             updated_at: String::new(),
         };
         let cred = open(&mk, &Config::default(), &row).unwrap();
-        assert_eq!(cred.api_key.unwrap().expose(), "sk-abcdefgh1234");
+        let ProviderAuth::ApiKey(key) = cred.auth else { panic!("an api key") };
+        assert_eq!(key.expose(), "sk-abcdefgh1234");
         assert_eq!(cred.base_url.port, 9);
     }
 }

@@ -1,36 +1,123 @@
-//! Provider adapters: how a client request becomes an upstream request for each provider,
-//! and how usage is read back. The client's credentials never pass through: the upstream
-//! header set is built from an allowlist plus the provider's own credential.
+//! The provider seam: one file per provider behind [`Provider`] (the pattern of TensorZero's
+//! `providers/<name>.rs`). A provider knows how it authenticates and addresses an upstream
+//! request, what it speaks ([`Dialect`]: usage, stream framing and errors are read by dialect),
+//! how an OpenAI-shaped request is put into its own API, and its minimal test call. Adding a
+//! provider is one file and one entry in [`provider`].
+//!
+//! The client's credentials never pass through: the upstream header set is built from an
+//! allowlist plus the provider's own credential.
 
+pub mod anthropic;
+pub mod bedrock;
 pub mod credentials;
+pub mod openai;
 pub mod usage;
+pub mod vertex;
+pub mod vertex_auth;
 
+use async_trait::async_trait;
+use bytes::Bytes;
 use serde_json::Value;
 
-use crate::config::ProviderName;
-use crate::secret::Secret;
+use crate::config::{Config, ProviderName};
+use crate::error::ApiError;
+use crate::snapshot::ProviderCred;
+use crate::translate::{ChunkTranslator, TranslateError};
 pub use usage::{Dialect, Usage};
-
-/// Client headers worth forwarding, per provider. Everything else (auth, cookies, SDK
-/// telemetry, hop-by-hop) stays at the gateway.
-const OPENAI_FORWARD: &[&str] = &["openai-organization", "openai-project", "openai-beta", "idempotency-key"];
-const ANTHROPIC_FORWARD: &[&str] = &["anthropic-beta"];
+use vertex_auth::TokenCache;
 
 /// The upstream request the gateway will send.
 pub struct UpstreamCall {
-    pub path: &'static str,
+    pub method: &'static str,
+    /// Path and query, relative to the credential's base URL.
+    pub path: String,
     pub headers: Vec<(&'static str, String)>,
-    pub dialect: Dialect,
+    pub body: Bytes,
 }
 
-/// Builds the upstream header set for `provider` on `path`.
-pub fn upstream_call(
-    provider: ProviderName,
-    path: &'static str,
-    api_key: &Secret,
-    client_header: &dyn Fn(&str) -> Option<String>,
-    anthropic_version: &str,
-) -> UpstreamCall {
+/// Which operation of the provider's API a request is for.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// A fixed API path (OpenAI's chat completions and embeddings, Anthropic's messages).
+    Path(&'static str),
+    /// A model by its id (Bedrock's model id, Vertex's Gemini model in the credential's project
+    /// and region): the provider addresses it.
+    Model { model: &'a str, stream: bool },
+    /// The client's own path on the provider's API (Vertex's publisher-model paths, after the
+    /// gateway's `/vertex` prefix).
+    Native { path: &'a str, stream: bool },
+}
+
+/// Reads one of the client's request headers.
+pub type ClientHeader<'a> = dyn for<'h> Fn(&'h str) -> Option<String> + Sync + 'a;
+
+/// What providers share across requests.
+pub struct Env<'a> {
+    pub config: &'a Config,
+    /// Vertex access tokens.
+    pub tokens: &'a TokenCache,
+}
+
+/// One provider.
+#[async_trait]
+pub trait Provider: Sync {
+    fn name(&self) -> ProviderName;
+
+    /// What its API speaks.
+    fn dialect(&self) -> Dialect;
+
+    /// Authenticates and addresses the call. `client_header` reads the client's request headers
+    /// (a provider forwards only its own allowlist of them).
+    async fn prepare(
+        &self,
+        env: &Env<'_>,
+        cred: &ProviderCred,
+        target: Target<'_>,
+        body: Bytes,
+        client_header: &ClientHeader<'_>,
+    ) -> Result<UpstreamCall, ApiError>;
+
+    /// An OpenAI Chat Completions body → this provider's request body (identity for OpenAI).
+    /// `model` is the model id the provider is to serve (the routing prefix removed).
+    fn request_from_openai(&self, openai: &Value, model: &str) -> Result<Value, TranslateError>;
+
+    /// This provider's whole answer → a `chat.completion`.
+    fn to_openai(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError>;
+
+    /// A translator of this provider's stream events into `chat.completion.chunk`s.
+    fn chunk_translator(&self, model: &str, id: &str, created: i64) -> Box<dyn ChunkTranslator>;
+
+    /// This provider's error answer → the OpenAI error object.
+    fn openai_error(&self, body: &Value) -> Value;
+
+    /// The minimal authenticated call of `POST /v1/providers/{provider}/test`, and whether an
+    /// answer's status means the credential works.
+    fn probe(&self) -> Probe;
+}
+
+/// A provider's test call.
+pub struct Probe {
+    pub method: &'static str,
+    pub target: Target<'static>,
+    pub body: &'static str,
+    /// Statuses besides 2xx that prove the credential was accepted (a request refused for its
+    /// content after authentication).
+    pub accepted: &'static [u16],
+}
+
+/// The provider behind a name.
+pub fn provider(name: ProviderName) -> &'static dyn Provider {
+    match name {
+        ProviderName::OpenAi => &openai::OpenAi,
+        ProviderName::Anthropic => &anthropic::Anthropic,
+        ProviderName::Bedrock => &bedrock::Bedrock,
+        ProviderName::Vertex => &vertex::Vertex,
+    }
+}
+
+/// The headers every JSON call starts with, plus the client's `accept` and whichever of the
+/// client's headers `forward` allows.
+pub(crate) fn base_headers(forward: &[&'static str], client_header: &ClientHeader<'_>) -> Vec<(&'static str, String)> {
     let mut headers: Vec<(&'static str, String)> = vec![
         ("content-type", "application/json".into()),
         // Identity encoding so the gateway can read usage from the answer.
@@ -39,29 +126,23 @@ pub fn upstream_call(
     if let Some(a) = client_header("accept") {
         headers.push(("accept", a));
     }
-    let forward = match provider {
-        ProviderName::Anthropic => ANTHROPIC_FORWARD,
-        _ => OPENAI_FORWARD,
-    };
     for &h in forward {
         if let Some(v) = client_header(h) {
             headers.push((h, v));
         }
     }
-    let dialect = if path == "/v1/messages" { Dialect::Anthropic } else { Dialect::OpenAi };
-    match provider {
-        ProviderName::Anthropic => {
-            headers.push(("x-api-key", api_key.expose().to_string()));
-            if dialect == Dialect::OpenAi {
-                // Anthropic's OpenAI-compatible endpoint reads the bearer token.
-                headers.push(("authorization", format!("Bearer {}", api_key.expose())));
-            }
-            let version = client_header("anthropic-version").unwrap_or_else(|| anthropic_version.to_string());
-            headers.push(("anthropic-version", version));
-        }
-        _ => headers.push(("authorization", format!("Bearer {}", api_key.expose()))),
+    headers
+}
+
+/// The credential's API key, or the error that says it has none.
+pub(crate) fn api_key(cred: &ProviderCred) -> Result<&crate::secret::Secret, ApiError> {
+    match &cred.auth {
+        crate::snapshot::ProviderAuth::ApiKey(k) => Ok(k),
+        _ => Err(ApiError::new(
+            crate::error::ErrorKind::NotConfigured,
+            format!("provider {} has no api_key", cred.provider),
+        )),
     }
-    UpstreamCall { path, headers, dialect }
 }
 
 /// Makes a streamed OpenAI-dialect chat request report usage. Returns true when the gateway
@@ -83,31 +164,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn client_auth_never_forwarded() {
-        let client = |h: &str| match h {
-            "authorization" => Some("Bearer tollgate_sk_x".to_string()),
-            "x-api-key" => Some("tollgate_sk_x".to_string()),
-            "openai-organization" => Some("org-1".to_string()),
-            _ => None,
-        };
-        let key = Secret::new("sk-provider");
-        for (p, path) in [
-            (ProviderName::OpenAi, "/v1/chat/completions"),
-            (ProviderName::Anthropic, "/v1/messages"),
-            (ProviderName::Anthropic, "/v1/chat/completions"),
-        ] {
-            let call = upstream_call(p, path, &key, &client, "2023-06-01");
-            assert!(call.headers.iter().all(|(_, v)| !v.contains("tollgate_sk_")));
-            assert!(call.headers.iter().any(|(_, v)| v.contains("sk-provider")));
-        }
-        let call = upstream_call(ProviderName::OpenAi, "/v1/chat/completions", &key, &client, "");
-        assert!(call.headers.contains(&("openai-organization", "org-1".to_string())));
-        let call = upstream_call(ProviderName::Anthropic, "/v1/messages", &key, &client, "2023-06-01");
-        assert!(call.headers.contains(&("anthropic-version", "2023-06-01".to_string())));
-        assert_eq!(call.dialect, Dialect::Anthropic);
-    }
-
-    #[test]
     fn stream_usage_option() {
         let mut b = json!({"model": "m", "stream": true});
         assert!(ensure_stream_usage(&mut b));
@@ -116,5 +172,12 @@ mod tests {
         let mut b = json!({"stream_options": {"include_usage": false, "x": 1}});
         assert!(ensure_stream_usage(&mut b));
         assert_eq!(b["stream_options"]["x"], 1);
+    }
+
+    #[test]
+    fn every_provider_has_its_entry() {
+        for p in ProviderName::ALL {
+            assert_eq!(provider(p).name(), p);
+        }
     }
 }

@@ -8,13 +8,17 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
-/// Which provider's answer format to read.
+/// What an API speaks: the format of its requests, answers and stream events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// OpenAI chat completions / embeddings (also Anthropic's OpenAI-compatible endpoint).
+    /// OpenAI chat completions / embeddings.
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// AWS Bedrock Converse (JSON answers; streams in AWS event-stream frames).
+    Converse,
+    /// Google Gemini `generateContent` (Vertex AI; streams as SSE with `alt=sse`).
+    Gemini,
 }
 
 fn num(v: &Value, field: &str) -> Option<u64> {
@@ -26,6 +30,10 @@ fn num(v: &Value, field: &str) -> Option<u64> {
 /// `usage` is read into plain numbers without allocating; anything else takes the general path,
 /// which gives the same result (a unit test holds the two equal).
 pub fn from_json_bytes(dialect: Dialect, bytes: &[u8]) -> Option<Usage> {
+    if matches!(dialect, Dialect::Converse | Dialect::Gemini) {
+        // Not on the measured path: these answers are read whole.
+        return from_value(dialect, &serde_json::from_slice(bytes).ok()?);
+    }
     #[derive(serde::Deserialize)]
     struct Typed {
         usage: Option<Counts>,
@@ -33,6 +41,18 @@ pub fn from_json_bytes(dialect: Dialect, bytes: &[u8]) -> Option<Usage> {
     match serde_json::from_slice::<Typed>(bytes) {
         Ok(t) => t.usage.map(|c| c.usage(dialect)),
         Err(_) => from_json_bytes_general(dialect, bytes),
+    }
+}
+
+/// The `model` member of a whole JSON answer (the model that answered), other members skipped.
+pub fn answer_model(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct ModelOnly {
+        model: Option<Value>,
+    }
+    match serde_json::from_slice::<ModelOnly>(bytes).ok()?.model? {
+        Value::String(m) if !m.is_empty() => Some(m),
+        _ => None,
     }
 }
 
@@ -80,7 +100,7 @@ impl Counts {
                 prompt_tokens: n(&self.prompt_tokens).or(n(&self.input_tokens)).unwrap_or(0),
                 completion_tokens: n(&self.completion_tokens).or(n(&self.output_tokens)).unwrap_or(0),
             },
-            Dialect::Anthropic => Usage {
+            Dialect::Anthropic | Dialect::Converse | Dialect::Gemini => Usage {
                 prompt_tokens: n(&self.input_tokens).unwrap_or(0)
                     + n(&self.cache_creation_input_tokens).unwrap_or(0)
                     + n(&self.cache_read_input_tokens).unwrap_or(0),
@@ -97,10 +117,22 @@ fn from_usage(dialect: Dialect, u: &Value) -> Option<Usage> {
             prompt_tokens: num(u, "prompt_tokens").or_else(|| num(u, "input_tokens")).unwrap_or(0),
             completion_tokens: num(u, "completion_tokens").or_else(|| num(u, "output_tokens")).unwrap_or(0),
         },
-        Dialect::Anthropic => {
+        Dialect::Anthropic | Dialect::Converse | Dialect::Gemini => {
             Usage { prompt_tokens: anthropic_input(u), completion_tokens: num(u, "output_tokens").unwrap_or(0) }
         }
     })
+}
+
+/// Usage of a whole Converse or Gemini answer (or of one Gemini stream event, or a whole
+/// non-SSE Gemini stream): read by the same functions the translations use, so a receipt and
+/// a translated answer's `usage` always agree.
+pub fn from_value(dialect: Dialect, v: &Value) -> Option<Usage> {
+    let counts = match dialect {
+        Dialect::Converse => crate::providers::bedrock::eventstream::usage_counts(v.get("usage")?),
+        Dialect::Gemini => crate::translate::gemini::usage_of(v),
+        _ => return from_usage(dialect, v.get("usage")?),
+    };
+    counts.map(|(prompt_tokens, completion_tokens)| Usage { prompt_tokens, completion_tokens })
 }
 
 /// Anthropic bills cache reads and writes as input too.
@@ -141,6 +173,18 @@ pub fn fold_event(dialect: Dialect, data: &Value, acc: &mut Option<Usage>) {
                     }
                 }
                 _ => {}
+            }
+        }
+        // ConverseStream's `metadata` event carries the whole usage; Gemini repeats its
+        // `usageMetadata` on several events, the last one complete.
+        Dialect::Converse => {
+            if let Some(u) = data.get("metadata").and_then(|m| from_value(Dialect::Converse, m)) {
+                *acc = Some(u);
+            }
+        }
+        Dialect::Gemini => {
+            if let Some(u) = from_value(Dialect::Gemini, data) {
+                *acc = Some(u);
             }
         }
     }
@@ -205,6 +249,17 @@ mod tests {
     }
 
     #[test]
+    fn the_answering_model_is_read_from_a_whole_answer() {
+        assert_eq!(
+            answer_model(br#"{"id":"x","model":"gpt-4o-2024-08-06","choices":[]}"#).as_deref(),
+            Some("gpt-4o-2024-08-06")
+        );
+        assert_eq!(answer_model(br#"{"model":5}"#), None);
+        assert_eq!(answer_model(br#"{"choices":[]}"#), None);
+        assert_eq!(answer_model(b"[1]"), None);
+    }
+
+    #[test]
     fn anthropic_stream() {
         let mut acc = None;
         fold_event(
@@ -215,6 +270,23 @@ mod tests {
         fold_event(Dialect::Anthropic, &json!({"type": "content_block_delta"}), &mut acc);
         fold_event(Dialect::Anthropic, &json!({"type": "message_delta", "usage": {"output_tokens": 6}}), &mut acc);
         assert_eq!(acc, Some(Usage { prompt_tokens: 13, completion_tokens: 6 }));
+    }
+
+    #[test]
+    fn converse_and_gemini() {
+        let c = json!({"output": {}, "usage": {"inputTokens": 12, "outputTokens": 5, "totalTokens": 17}});
+        assert_eq!(from_body(Dialect::Converse, &c), Some(Usage { prompt_tokens: 12, completion_tokens: 5 }));
+        let g = json!({"candidates": [], "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 4,
+            "thoughtsTokenCount": 2, "totalTokenCount": 15}});
+        assert_eq!(from_body(Dialect::Gemini, &g), Some(Usage { prompt_tokens: 9, completion_tokens: 6 }));
+        let mut acc = None;
+        fold_event(Dialect::Converse, &json!({"contentBlockDelta": {"delta": {"text": "x"}}}), &mut acc);
+        assert_eq!(acc, None);
+        fold_event(Dialect::Converse, &json!({"metadata": {"usage": {"inputTokens": 3, "outputTokens": 2}}}), &mut acc);
+        assert_eq!(acc, Some(Usage { prompt_tokens: 3, completion_tokens: 2 }));
+        let mut acc = None;
+        fold_event(Dialect::Gemini, &g, &mut acc);
+        assert_eq!(acc, Some(Usage { prompt_tokens: 9, completion_tokens: 6 }));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::canonical::{self, GENESIS};
 use crate::store::{self, Store, StoreError};
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChainReport {
     pub ok: bool,

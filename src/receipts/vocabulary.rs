@@ -278,9 +278,13 @@ impl<'de, W: Word> Deserialize<'de> for Term<W> {
 }
 
 /// One `{name, result}` of a receipt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Check {
+    /// `policy`, `ALLOWLIST`, `RATELIMIT`, `BUDGET`, `GUARDRAIL`, `CACHE`, `UPSTREAM`, ...
+    #[schema(value_type = String)]
     pub name: Term<CheckName>,
+    /// `PASS`, `BLOCK`, `REDACT`, `allow`, `deny`, `HIT`, `MISS`, ...
+    #[schema(value_type = String)]
     pub result: Term<CheckResult>,
 }
 

@@ -5,7 +5,7 @@ use sqlx::Row;
 
 use super::{Store, StoreError};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GuardrailEvent {
     pub id: String,
@@ -62,7 +62,7 @@ pub async fn guardrail_events(
         .await
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheModelStats {
     pub model: String,

@@ -6,7 +6,7 @@ use sqlx::Row;
 
 use super::{now_ts, Store, StoreError};
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetRequest {
     pub id: String,

@@ -7,7 +7,7 @@ use sqlx::Row;
 use super::{now_ts, nullable_real, Store, StoreError};
 
 /// A key as the management API shows it (the secret is never part of it).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyRecord {
     pub id: String,

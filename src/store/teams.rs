@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use super::{is_unique_violation, now_ts, nullable_real, Store, StoreError};
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Team {
     pub id: String,

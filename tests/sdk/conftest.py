@@ -26,9 +26,20 @@ ANTHROPIC_SECRET = "sk-ant-standin-secret"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: all sockets stay bound until every port is picked, so the kernel
+    cannot hand one port out twice (gateway and management on one port answer each other's calls)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def http(method: str, url: str, body=None, key: str | None = None) -> tuple[int, object]:
@@ -78,6 +89,16 @@ def _fresh_recording(standin):
 
 @pytest.fixture(scope="session")
 def gateway(standin, tmp_path_factory):
+    gw = start_gateway(standin, tmp_path_factory.mktemp("tollgate"))
+    try:
+        yield gw
+    finally:
+        _stop(gw.proc)
+
+
+def start_gateway(standin: Standin, data: Path, extra_env: dict[str, str] | None = None) -> Gateway:
+    """`tollgate serve` on free ports with a fresh tenant whose openai and anthropic credentials
+    point at `standin`; the caller stops it (`stop_gateway`)."""
     binary = os.environ.get("TOLLGATE_BIN")
     if not binary or not Path(binary).is_file():
         pytest.fail(
@@ -85,10 +106,9 @@ def gateway(standin, tmp_path_factory):
             "run through `cargo test --test sdk_python`, or set it to target/debug/tollgate",
             pytrace=False,
         )
-    data = tmp_path_factory.mktemp("tollgate")
     # Hermetic: a developer's own TOLLGATE_* settings (database, config) must not leak in.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOLLGATE_")}
-    env.update(TOLLGATE_DATA_DIR=str(data), TOLLGATE_LOG="info")
+    env.update(TOLLGATE_DATA_DIR=str(data), TOLLGATE_LOG="info", **(extra_env or {}))
 
     out = subprocess.run([binary, "tenant", "create", "--name", "sdk", "--json"],
                          env=env, capture_output=True, text=True, timeout=60)
@@ -100,7 +120,7 @@ def gateway(standin, tmp_path_factory):
 
     # Ports are picked then released, so another process may grab one first: retry on early exit.
     for attempt in range(3):
-        ports = [free_port() for _ in range(3)]
+        ports = free_ports(3)
         listen = {f"TOLLGATE_{name}_LISTEN": f"127.0.0.1:{p}"
                   for name, p in zip(("GATEWAY", "MANAGEMENT", "METRICS"), ports)}
         with open(data / f"serve-{attempt}.log", "wb") as log:
@@ -120,9 +140,14 @@ def gateway(standin, tmp_path_factory):
             status, body = http("PUT", f"{gw.mgmt_url}/v1/providers/{provider}",
                                 {"api_key": secret, "base_url": standin.url}, key)
             assert status == 200, f"PUT /v1/providers/{provider}: {status} {body}\n{gw.logs()}"
-        yield gw
-    finally:
+    except BaseException:
         _stop(gw.proc)
+        raise
+    return gw
+
+
+def stop_gateway(gw: Gateway):
+    _stop(gw.proc)
 
 
 def _wait_ready(gw: Gateway) -> bool:

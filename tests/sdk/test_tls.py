@@ -12,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import free_port, _stop
+from conftest import free_ports, _stop
 from standin import Standin
 
 
@@ -60,7 +60,7 @@ def test_tls_listeners_and_tls_upstream(cert, tls_standin, tmp_path):
     out = subprocess.run([binary, "tenant", "create", "--name", "tls", "--json"], env=env,
                          capture_output=True, text=True, check=True)
     key = json.loads(out.stdout)["key"]
-    gw_port, mgmt_port, metrics_port = free_port(), free_port(), free_port()
+    gw_port, mgmt_port, metrics_port = free_ports(3)
     env.update(TOLLGATE_GATEWAY_LISTEN=f"127.0.0.1:{gw_port}", TOLLGATE_MANAGEMENT_LISTEN=f"127.0.0.1:{mgmt_port}",
                TOLLGATE_METRICS_LISTEN=f"127.0.0.1:{metrics_port}")
     log = open(tmp_path / "serve.log", "wb")

@@ -2,8 +2,11 @@
 //! client, and the list of database backends every scenario runs on.
 #![allow(dead_code)]
 
+pub mod google;
 pub mod http;
+pub mod otlp;
 pub mod standin;
+pub mod standin_cloud;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -43,6 +46,13 @@ fn listens_on(pid: u32, port: u16) -> bool {
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// N distinct free ports: the listeners stay open until all are picked, so the kernel cannot
+/// hand the same port out twice (seen once in CI: gateway and management on one port).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 /// Where a scenario keeps its data.
@@ -105,10 +115,22 @@ pub struct Gateway {
     /// Manager key of the tenant made before start.
     pub key: String,
     pub tenant_id: String,
+    launcher: Launcher,
 }
+
+/// Makes the command that runs a server; [`Gateway::spawn`] adds the listen addresses
+/// (TOLLGATE_*_LISTEN) and the log file.
+pub type Launcher = Box<dyn Fn() -> Command + Send + Sync>;
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tollgate")
+}
+
+/// `tollgate serve` of the binary under test.
+fn serve_built_binary() -> Command {
+    let mut c = Command::new(bin());
+    c.arg("serve");
+    c
 }
 
 impl Gateway {
@@ -119,18 +141,8 @@ impl Gateway {
 
     /// `with_tenant = false` starts on an empty database (the first-start bootstrap path).
     pub fn start_with(backend: &Backend, extra_env: &[(&str, &str)], with_tenant: bool) -> Gateway {
-        let dir = std::env::temp_dir().join(format!("tollgate-test-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut g = Gateway {
-            child: None,
-            dir: dir.clone(),
-            gw: "127.0.0.1:1".parse().unwrap(),
-            mgmt: "127.0.0.1:1".parse().unwrap(),
-            metrics: "127.0.0.1:1".parse().unwrap(),
-            env: vec![("TOLLGATE_DATA_DIR".into(), dir.display().to_string()), ("TOLLGATE_LOG".into(), "info".into())],
-            key: String::new(),
-            tenant_id: String::new(),
-        };
+        let mut g = Gateway::unstarted(Box::new(serve_built_binary));
+        g.env = vec![("TOLLGATE_DATA_DIR".into(), g.dir.display().to_string()), ("TOLLGATE_LOG".into(), "info".into())];
         if let Backend::Postgres(url) = backend {
             g.env.push(("TOLLGATE_DATABASE_URL".into(), url.clone()));
         }
@@ -146,15 +158,41 @@ impl Gateway {
         g
     }
 
+    /// A server that `launcher` starts, on data this harness does not manage (the installed
+    /// Debian package, tests/deb_package.rs): the same readiness check, clients, logs and stop;
+    /// no tenant is made, and `key` is empty until the caller sets it.
+    pub fn launch(launcher: Launcher) -> Gateway {
+        let mut g = Gateway::unstarted(launcher);
+        g.spawn();
+        g
+    }
+
+    /// A fresh log (and, for the built binary, data) directory; nothing runs yet.
+    fn unstarted(launcher: Launcher) -> Gateway {
+        let dir = std::env::temp_dir().join(format!("tollgate-test-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Gateway {
+            child: None,
+            dir,
+            gw: "127.0.0.1:1".parse().unwrap(),
+            mgmt: "127.0.0.1:1".parse().unwrap(),
+            metrics: "127.0.0.1:1".parse().unwrap(),
+            env: Vec::new(),
+            key: String::new(),
+            tenant_id: String::new(),
+            launcher,
+        }
+    }
+
     /// Starts the server (again) on fresh ports, retrying if a port was taken meanwhile.
     pub fn spawn(&mut self) {
         for attempt in 0..3 {
-            self.gw = SocketAddr::from(([127, 0, 0, 1], free_port()));
-            self.mgmt = SocketAddr::from(([127, 0, 0, 1], free_port()));
-            self.metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let [gw, mgmt, metrics] = free_ports();
+            self.gw = SocketAddr::from(([127, 0, 0, 1], gw));
+            self.mgmt = SocketAddr::from(([127, 0, 0, 1], mgmt));
+            self.metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
             let log = std::fs::File::create(self.dir.join(format!("serve-{attempt}.log"))).unwrap();
-            let child = Command::new(bin())
-                .arg("serve")
+            let child = (self.launcher)()
                 .envs(self.env.iter().cloned())
                 .env("TOLLGATE_GATEWAY_LISTEN", self.gw.to_string())
                 .env("TOLLGATE_MANAGEMENT_LISTEN", self.mgmt.to_string())
@@ -197,6 +235,11 @@ impl Gateway {
             std::thread::sleep(Duration::from_millis(50));
         }
         false
+    }
+
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     pub fn stop(&mut self) {

@@ -41,6 +41,7 @@ pub struct Standin {
     log: Arc<Mutex<Vec<Recorded>>>,
     gate: Arc<Semaphore>,
     gated: Arc<std::sync::atomic::AtomicBool>,
+    refuse_tokens: Arc<std::sync::atomic::AtomicBool>,
     _rt: tokio::runtime::Runtime,
 }
 
@@ -52,17 +53,18 @@ impl Standin {
         let log = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Semaphore::new(0));
         let gated = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (l, g, gd) = (log.clone(), gate.clone(), gated.clone());
+        let refuse_tokens = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (l, g, gd, rt_) = (log.clone(), gate.clone(), gated.clone(), refuse_tokens.clone());
         rt.spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else { return };
-                let (l, g, gd) = (l.clone(), g.clone(), gd.clone());
+                let (l, g, gd, r) = (l.clone(), g.clone(), gd.clone(), rt_.clone());
                 tokio::spawn(async move {
-                    let _ = serve_conn(sock, l, g, gd).await;
+                    let _ = serve_conn(sock, l, g, gd, r).await;
                 });
             }
         });
-        Standin { addr, log, gate, gated, _rt: rt }
+        Standin { addr, log, gate, gated, refuse_tokens, _rt: rt }
     }
 
     pub fn url(&self) -> String {
@@ -85,9 +87,15 @@ impl Standin {
     pub fn release(&self) {
         self.gate.add_permits(1);
     }
+
+    /// From now on, the token endpoint refuses every grant (`invalid_grant`).
+    pub fn refuse_tokens(&self) {
+        self.refuse_tokens.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
-async fn read_request(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Recorded> {
+/// One HTTP/1.1 request with a `content-length` body off `sock` (`buf` keeps what was read past it).
+pub async fn read_request<S: tokio::io::AsyncRead + Unpin>(sock: &mut S, buf: &mut Vec<u8>) -> Option<Recorded> {
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
@@ -124,10 +132,17 @@ async fn serve_conn(
     log: Arc<Mutex<Vec<Recorded>>>,
     gate: Arc<Semaphore>,
     gated: Arc<std::sync::atomic::AtomicBool>,
+    refuse_tokens: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     while let Some(req) = read_request(&mut sock, &mut buf).await {
         log.lock().unwrap().push(req.clone());
+        let refuse = refuse_tokens.load(std::sync::atomic::Ordering::SeqCst);
+        match super::standin_cloud::serve(&mut sock, &req, refuse).await? {
+            Some(true) => return Ok(()),
+            Some(false) => continue,
+            None => {}
+        }
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_string();
         if model == "gpt-hang" {
@@ -209,6 +224,18 @@ async fn serve_conn(
                 write_sse(&mut sock, &texts, &gate, &gated).await?;
                 return Ok(());
             }
+            ("/v1/messages", false) if last_text(&body).as_deref() == Some("TOOLS") => {
+                let b = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_0", "name": "get_weather", "input": {"city": "Paris"}},
+                        {"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {"zone": "CET"}}],
+                    "stop_reason": "tool_use", "stop_sequence": null, "usage": {"input_tokens": 13, "output_tokens": 6}});
+                write_json(&mut sock, 200, &b).await?
+            }
+            ("/v1/messages", true) if last_text(&body).as_deref() == Some("TOOLS") => {
+                write_sse(&mut sock, &anthropic_tool_stream(&model), &gate, &gated).await?;
+                return Ok(());
+            }
             ("/v1/messages", false) => {
                 let b = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
                     "content": [{"type": "text", "text": reply}], "stop_reason": "end_turn",
@@ -252,6 +279,42 @@ async fn serve_conn(
     Ok(())
 }
 
+/// An Anthropic stream of two parallel tool calls, their arguments in two pieces each.
+fn anthropic_tool_stream(model: &str) -> Vec<String> {
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut texts = vec![ev(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 13, "output_tokens": 1}}}),
+    )];
+    for (i, (id, name, args)) in
+        [("toolu_0", "get_weather", r#"{"city":"Paris"}"#), ("toolu_1", "get_time", r#"{"zone":"CET"}"#)]
+            .into_iter()
+            .enumerate()
+    {
+        texts.push(ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": i,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+        ));
+        let (a, b) = args.split_at(args.len() / 2);
+        for part in [a, b] {
+            texts.push(ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": part}}),
+            ));
+        }
+        texts.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": i})));
+    }
+    texts.push(ev(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 6}}),
+    ));
+    texts.push(ev("message_stop", json!({"type": "message_stop"})));
+    texts
+}
+
 /// The text after `ECHO:` in the last message.
 fn echo_text(body: &Value) -> Option<String> {
     last_text(body)?.strip_prefix("ECHO:").map(str::to_string)
@@ -267,7 +330,7 @@ fn last_text(body: &Value) -> Option<String> {
     }
 }
 
-async fn write_json(sock: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
+pub async fn write_json(sock: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
     let b = serde_json::to_vec(body).unwrap();
     let head = format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", b.len());
     sock.write_all(head.as_bytes()).await?;

@@ -3,12 +3,15 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use super::super::openapi::{Authenticated, Missing};
 use super::super::receipts::number;
 use super::super::{BodyStream, Caller, Handled, Reply, Req};
 use crate::app::App;
-use crate::compliance::attestation::{self, MERKLE_ALGORITHM};
+use crate::compliance::attestation::{self, Attestation, MERKLE_ALGORITHM};
 use crate::compliance::bundle::BundleWriter;
 use crate::compliance::memo::MemoKey;
 use crate::compliance::period::{self, PeriodSpec, DEFAULT_DAYS, MAX_DAYS};
@@ -27,6 +30,28 @@ fn instant(req: &Req, name: &str) -> Result<Option<chrono::DateTime<chrono::Utc>
             ApiError::invalid(format!("query `{name}` must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z"))
         }),
     }
+}
+
+/// The period of an attestation, an inclusion proof or an evidence bundle: one style per call.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+#[allow(dead_code)] // describes the query string; `period_spec` reads it
+pub(in super::super) struct PeriodQuery {
+    /// The last N days (default 30 when no period is given).
+    #[param(minimum = 1, maximum = 3650)]
+    days: Option<u32>,
+    /// From this instant (RFC 3339).
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// Up to this instant (RFC 3339).
+    #[param(format = DateTime)]
+    to: Option<String>,
+    /// From this seq.
+    #[param(minimum = 1)]
+    from_seq: Option<u64>,
+    /// Up to this seq.
+    #[param(minimum = 1)]
+    to_seq: Option<u64>,
 }
 
 /// `days=N`, or `from`/`to`, or `fromSeq`/`toSeq` (one style per call); none = the last 30 days.
@@ -59,9 +84,13 @@ pub fn period_spec(req: &Req) -> Result<PeriodSpec, ApiError> {
 }
 
 fn packs_in_force(app: &App, tenant: &str) -> Value {
-    Value::from(app.snapshot.load().packs(tenant).in_force())
+    serde_json::to_value(app.snapshot.load().packs(tenant).in_force()).unwrap_or_default()
 }
 
+/// The signed attestation of a period
+#[utoipa::path(get, path = "/v1/compliance/attestation", operation_id = "getAttestation", tag = "compliance",
+    params(PeriodQuery),
+    responses((status = 200, description = "The attestation document", body = Attestation), Authenticated))]
 pub async fn attestation(app: &App, caller: &Caller, req: &Req) -> Handled {
     let spec = period_spec(req)?;
     let tenant = caller.tenant();
@@ -81,6 +110,54 @@ pub async fn attestation(app: &App, caller: &Caller, req: &Req) -> Handled {
     Ok(Reply::Json(200, doc))
 }
 
+/// The period an inclusion proof is in.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct ProofPeriod<'a> {
+    from_seq: u64,
+    to_seq: u64,
+    label: &'a str,
+}
+
+/// The signed tree head the proof's `root` must equal.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct SignedTreeHead<'a> {
+    tenant_id: &'a str,
+    from_seq: u64,
+    to_seq: u64,
+    leaf_count: u64,
+    root: &'a str,
+    key_id: &'a str,
+    /// base64 Ed25519 over the JCS of `{tenantId, fromSeq, toSeq, leafCount, root}`.
+    signature: String,
+}
+
+/// An RFC 6962 inclusion proof of one receipt in a period's Merkle tree.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct InclusionProof<'a> {
+    receipt_id: &'a str,
+    this_hash: &'a str,
+    seq: u64,
+    index: u64,
+    tree_size: u64,
+    algorithm: &'static str,
+    /// Sibling hashes (hex), leaf to root.
+    proof: Vec<String>,
+    root: &'a str,
+    verified: bool,
+    period: ProofPeriod<'a>,
+    signed_tree_head: SignedTreeHead<'a>,
+    scope: &'static str,
+    disclaimer: &'static str,
+}
+
+/// An inclusion proof of one receipt in a period
+#[utoipa::path(get, path = "/v1/compliance/attestation/receipts/{id}/inclusion", operation_id = "getInclusionProof",
+    tag = "compliance", params(("id" = String, Path, description = "Receipt id"), PeriodQuery),
+    responses((status = 200, description = "The proof and the signed tree head", body = InclusionProof),
+        Missing, Authenticated))]
 pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     let spec = period_spec(req)?;
     let tenant = caller.tenant();
@@ -100,28 +177,31 @@ pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handl
     let proof = inclusion::prove(&app.store, tenant, &period, seq).await?.ok_or_else(not_in_period)?;
     let root = merkle::to_hex(&proof.root);
     let head = attestation::tree_head_bytes(tenant, period.from_seq, period.to_seq, proof.tree_size, &root);
-    Ok(Reply::Json(
-        200,
-        json!({
-            "receiptId": r.receipt.receipt_id,
-            "thisHash": r.this_hash,
-            "seq": seq,
-            "index": proof.index,
-            "treeSize": proof.tree_size,
-            "algorithm": MERKLE_ALGORITHM,
-            "proof": proof.proof.iter().map(merkle::to_hex).collect::<Vec<_>>(),
-            "root": root,
-            "verified": proof.verified,
-            "period": {"fromSeq": period.from_seq, "toSeq": period.to_seq, "label": period.label},
-            "signedTreeHead": {
-                "tenantId": tenant, "fromSeq": period.from_seq, "toSeq": period.to_seq,
-                "leafCount": proof.tree_size, "root": root,
-                "keyId": app.signer.key_id, "signature": sign_b64(&app.signer, &head),
-            },
-            "scope": SCOPE,
-            "disclaimer": DISCLAIMER,
-        }),
-    ))
+    let signed_tree_head = SignedTreeHead {
+        tenant_id: tenant,
+        from_seq: period.from_seq,
+        to_seq: period.to_seq,
+        leaf_count: proof.tree_size,
+        root: &root,
+        key_id: &app.signer.key_id,
+        signature: sign_b64(&app.signer, &head),
+    };
+    let body = InclusionProof {
+        receipt_id: &r.receipt.receipt_id,
+        this_hash: &r.this_hash,
+        seq,
+        index: proof.index,
+        tree_size: proof.tree_size,
+        algorithm: MERKLE_ALGORITHM,
+        proof: proof.proof.iter().map(merkle::to_hex).collect(),
+        root: &root,
+        verified: proof.verified,
+        period: ProofPeriod { from_seq: period.from_seq, to_seq: period.to_seq, label: &period.label },
+        signed_tree_head,
+        scope: SCOPE,
+        disclaimer: DISCLAIMER,
+    };
+    Ok(Reply::json(200, &body))
 }
 
 fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
@@ -129,6 +209,15 @@ fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(signer.sign(bytes))
 }
 
+/// The evidence bundle of a period, streamed
+///
+/// One JSON document (receipts.md): the attestation, every receipt of the period with its hash
+/// and signature, the signing keys and the packs in force; `tollgate verify` checks it offline.
+#[utoipa::path(get, path = "/v1/compliance/evidence-bundle", operation_id = "getEvidenceBundle", tag = "compliance",
+    params(PeriodQuery),
+    responses((status = 200, description = "The bundle, as a file attachment", body = super::super::openapi::Object,
+            headers(("content-disposition" = String, description = "attachment; filename=\"evidence-bundle-seq-F-T.json\""))),
+        Authenticated))]
 pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {
     let spec = period_spec(req)?;
     let tenant = caller.tenant();

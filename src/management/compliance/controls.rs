@@ -1,12 +1,14 @@
 //! `GET /v1/compliance/receipts/{id}/controls[?framework=]`: one receipt read through the packs
 //! that were in force when it was written (its `receiptPackVersion` stamp).
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::super::openapi::{Authenticated, Missing};
 use super::super::receipts::verified;
 use super::super::{Caller, Handled, Reply, Req};
 use crate::app::App;
-use crate::compliance::pack::{Control, Coverage, Pack, KEY, RECEIPT};
+use crate::compliance::pack::{Control, Coverage, Pack, Source, KEY, RECEIPT};
 use crate::compliance::{pack_sets, DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
 use crate::receipts::Check;
@@ -40,21 +42,74 @@ fn proof(control: &Control, checks: &[Check], verified: bool) -> Option<(String,
     None
 }
 
-fn framework_item(p: &Pack, resolution: &str, checks: &[Check], verified: bool) -> Value {
-    let controls: Vec<Value> = p
+/// A control this receipt proves, and how.
+#[derive(Serialize, ToSchema)]
+pub(in super::super) struct ProvenControl<'a> {
+    id: &'a str,
+    title: &'a str,
+    coverage: Coverage,
+    /// The proving check's name.
+    check: String,
+    /// Its result on this receipt.
+    result: String,
+}
+
+/// One framework's controls proven by the receipt.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct FrameworkControls<'a> {
+    framework: &'a str,
+    /// How the receipt's pack version was resolved to packs.
+    resolution: &'a str,
+    version: &'a str,
+    disclaimer: &'a str,
+    pack_hash: &'a str,
+    source: Source,
+    controls: Vec<ProvenControl<'a>>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct ReceiptControls<'a> {
+    receipt_id: &'a str,
+    receipt_pack_version: &'a str,
+    checks: &'a [Check],
+    verified: bool,
+    frameworks: Vec<FrameworkControls<'a>>,
+    /// Set when the receipt does not verify: the results are then not proven.
+    note: Option<String>,
+    scope: &'static str,
+    disclaimer: &'static str,
+}
+
+fn framework_item<'a>(p: &'a Pack, resolution: &'a str, checks: &[Check], verified: bool) -> FrameworkControls<'a> {
+    let controls = p
         .controls
         .iter()
         .filter_map(|c| {
             let (check, result) = proof(c, checks, verified)?;
-            Some(json!({"id": c.id, "title": c.title, "coverage": c.coverage, "check": check, "result": result}))
+            Some(ProvenControl { id: &c.id, title: &c.title, coverage: c.coverage, check, result })
         })
         .collect();
-    json!({
-        "framework": p.framework, "resolution": resolution, "version": p.version, "disclaimer": p.disclaimer,
-        "packHash": p.hash, "source": p.source, "controls": controls,
-    })
+    FrameworkControls {
+        framework: &p.framework,
+        resolution,
+        version: &p.version,
+        disclaimer: &p.disclaimer,
+        pack_hash: &p.hash,
+        source: p.source,
+        controls,
+    }
 }
 
+/// The controls one receipt proves, per framework
+///
+/// Read through the packs in force when the receipt was written (its `receiptPackVersion`).
+#[utoipa::path(get, path = "/v1/compliance/receipts/{id}/controls", operation_id = "getReceiptControls",
+    tag = "compliance",
+    params(("id" = String, Path, description = "Receipt id"),
+        ("framework" = Option<String>, Query, description = "Only this framework")),
+    responses((status = 200, description = "The receipt's controls", body = ReceiptControls), Missing, Authenticated))]
 pub async fn receipt_controls(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     let tenant = caller.tenant();
     let r = store::receipts::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
@@ -72,7 +127,7 @@ pub async fn receipt_controls(app: &App, caller: &Caller, id: &str, req: &Req) -
         None => set.packs.iter().map(|p| p.as_ref()).collect(),
     };
     let checks = &r.receipt.checks;
-    let frameworks: Vec<Value> = packs.iter().map(|p| framework_item(p, resolution.label(), checks, ok)).collect();
+    let frameworks = packs.iter().map(|p| framework_item(p, resolution.label(), checks, ok)).collect();
     let note = (!ok).then(|| {
         format!(
             "the receipt's signature or hash does not verify against signing key `{}`: its stored fields may have \
@@ -80,19 +135,17 @@ pub async fn receipt_controls(app: &App, caller: &Caller, id: &str, req: &Req) -
             r.key_id
         )
     });
-    Ok(Reply::Json(
-        200,
-        json!({
-            "receiptId": r.receipt.receipt_id,
-            "receiptPackVersion": r.pack_version,
-            "checks": checks,
-            "verified": ok,
-            "frameworks": frameworks,
-            "note": note,
-            "scope": SCOPE,
-            "disclaimer": DISCLAIMER,
-        }),
-    ))
+    let body = ReceiptControls {
+        receipt_id: &r.receipt.receipt_id,
+        receipt_pack_version: &r.pack_version,
+        checks,
+        verified: ok,
+        frameworks,
+        note,
+        scope: SCOPE,
+        disclaimer: DISCLAIMER,
+    };
+    Ok(Reply::json(200, &body))
 }
 
 #[cfg(test)]

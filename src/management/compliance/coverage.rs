@@ -1,12 +1,14 @@
 //! `GET /v1/compliance/coverage/{framework}` (the pack as a coverage map) and
 //! `.../controls/{controlId}/receipts` (the receipts whose checks prove one control).
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::super::receipts::{list_entry, number};
+use super::super::openapi::{Authenticated, Missing};
+use super::super::receipts::{list_entry, number, ReceiptEntry};
 use super::super::{Caller, Handled, Reply, Req};
 use crate::app::App;
-use crate::compliance::pack::{Coverage, Pack, Source, KEY, RECEIPT};
+use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
 use crate::store;
@@ -14,31 +16,87 @@ use crate::store;
 /// The seed's coverage map of one pack. `disclaimer` is the pack's own legal-posture text (the
 /// baseline packs carry the project's); a tenant pack with other text also gets the project's
 /// as `gatewayDisclaimer`, so the fixed statement is never lost.
-pub fn map(p: &Pack) -> Value {
-    let mut doc = json!({
-        "framework": p.framework,
-        "version": p.version,
-        "title": p.title,
-        "status": p.status,
-        "effectiveDate": p.effective_date,
-        "disclaimer": p.disclaimer,
-        "packHash": p.hash,
-        "source": p.source,
-        "summary": p.summary(),
-        "controls": p.controls,
-        "scope": SCOPE,
-    });
-    if p.source == Source::Tenant && p.disclaimer != DISCLAIMER {
-        doc["gatewayDisclaimer"] = json!(DISCLAIMER);
-    }
-    doc
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct CoverageMap<'a> {
+    framework: &'a str,
+    version: &'a str,
+    title: &'a str,
+    status: Status,
+    effective_date: &'a str,
+    disclaimer: &'a str,
+    pack_hash: &'a str,
+    source: Source,
+    summary: Summary,
+    controls: &'a [Control],
+    scope: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gateway_disclaimer: Option<&'static str>,
 }
 
+impl<'a> CoverageMap<'a> {
+    pub(super) fn of(p: &'a Pack) -> CoverageMap<'a> {
+        let own_text = p.source == Source::Tenant && p.disclaimer != DISCLAIMER;
+        CoverageMap {
+            framework: &p.framework,
+            version: &p.version,
+            title: &p.title,
+            status: p.status,
+            effective_date: &p.effective_date,
+            disclaimer: &p.disclaimer,
+            pack_hash: &p.hash,
+            source: p.source,
+            summary: p.summary(),
+            controls: &p.controls,
+            scope: SCOPE,
+            gateway_disclaimer: own_text.then_some(DISCLAIMER),
+        }
+    }
+}
+
+/// A pack as a coverage map
+#[utoipa::path(get, path = "/v1/compliance/coverage/{framework}", operation_id = "getCoverage", tag = "compliance",
+    params(("framework" = String, Path, description = "e.g. `eu-ai-act`")),
+    responses((status = 200, description = "The pack in force for the framework, control by control", body = CoverageMap),
+        Missing, Authenticated))]
 pub async fn coverage(app: &App, caller: &Caller, framework: &str) -> Handled {
     let pack = super::packs::in_force(app, caller.tenant(), framework)?;
-    Ok(Reply::Json(200, map(&pack)))
+    Ok(Reply::json(200, &CoverageMap::of(&pack)))
 }
 
+/// The control a receipt list is about.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct ControlRef<'a> {
+    id: &'a str,
+    title: &'a str,
+    coverage: Coverage,
+    proven_by: &'a [String],
+}
+
+/// The receipts whose checks prove one control, newest first.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(in super::super) struct ControlReceipts<'a> {
+    receipts: Vec<ReceiptEntry<'a>>,
+    next_cursor: Option<u64>,
+    framework: &'a str,
+    pack_hash: &'a str,
+    control: ControlRef<'a>,
+    note: Option<&'static str>,
+    scope: &'static str,
+    disclaimer: &'static str,
+}
+
+/// The receipts that prove one control
+#[utoipa::path(get, path = "/v1/compliance/coverage/{framework}/controls/{controlId}/receipts",
+    operation_id = "listControlReceipts", tag = "compliance",
+    params(("framework" = String, Path),
+        ("controlId" = String, Path, description = "The full `<framework>:<control>` id, URL-encoded or not"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Page size, default 25"),
+        ("cursor" = Option<u64>, Query, minimum = 1, description = "`nextCursor` of the previous page")),
+    responses((status = 200, description = "A page of receipts", body = ControlReceipts), Missing,
+        Authenticated))]
 pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, control_id: &str, req: &Req) -> Handled {
     let tenant = caller.tenant();
     let pack = super::packs::in_force(app, tenant, framework)?;
@@ -69,17 +127,21 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
         }
         _ => None,
     };
-    Ok(Reply::Json(
-        200,
-        json!({
-            "receipts": rows.iter().map(list_entry).collect::<Vec<_>>(),
-            "nextCursor": next,
-            "framework": pack.framework,
-            "packHash": pack.hash,
-            "control": {"id": control.id, "title": control.title, "coverage": control.coverage, "provenBy": control.proven_by},
-            "note": note,
-            "scope": SCOPE,
-            "disclaimer": DISCLAIMER,
-        }),
-    ))
+    let control = ControlRef {
+        id: &control.id,
+        title: &control.title,
+        coverage: control.coverage,
+        proven_by: &control.proven_by,
+    };
+    let body = ControlReceipts {
+        receipts: rows.iter().map(list_entry).collect(),
+        next_cursor: next,
+        framework: &pack.framework,
+        pack_hash: &pack.hash,
+        control,
+        note,
+        scope: SCOPE,
+        disclaimer: DISCLAIMER,
+    };
+    Ok(Reply::json(200, &body))
 }

@@ -1,0 +1,72 @@
+//! Anthropic Messages: `x-api-key` and `anthropic-version`; OpenAI-shaped requests translated
+//! by [`crate::translate`].
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{api_key, base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
+use crate::config::ProviderName;
+use crate::error::ApiError;
+use crate::snapshot::ProviderCred;
+use crate::translate::{self, ChunkTranslator, StreamTranslator, TranslateError};
+
+const FORWARD: &[&str] = &["anthropic-beta"];
+
+pub struct Anthropic;
+
+#[async_trait]
+impl Provider for Anthropic {
+    fn name(&self) -> ProviderName {
+        ProviderName::Anthropic
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Anthropic
+    }
+
+    async fn prepare(
+        &self,
+        env: &Env<'_>,
+        cred: &ProviderCred,
+        target: Target<'_>,
+        body: Bytes,
+        client_header: &ClientHeader<'_>,
+    ) -> Result<UpstreamCall, ApiError> {
+        let path = match target {
+            Target::Path(p) => p.to_string(),
+            Target::Model { .. } => "/v1/messages".to_string(),
+            Target::Native { path, .. } => path.to_string(),
+        };
+        let mut headers = base_headers(FORWARD, client_header);
+        headers.push(("x-api-key", api_key(cred)?.expose().to_string()));
+        let version =
+            client_header("anthropic-version").unwrap_or_else(|| env.config.providers.anthropic.version.clone());
+        headers.push(("anthropic-version", version));
+        Ok(UpstreamCall { method: "POST", path, headers, body })
+    }
+
+    fn request_from_openai(&self, openai: &Value, model: &str) -> Result<Value, TranslateError> {
+        let mut body = translate::to_anthropic_request(openai)?;
+        body["model"] = Value::String(model.to_string());
+        Ok(body)
+    }
+
+    fn to_openai(&self, answer: &Value, _model: &str, _id: &str, created: i64) -> Result<Value, TranslateError> {
+        translate::to_openai_completion(answer, created)
+    }
+
+    fn chunk_translator(&self, _model: &str, _id: &str, created: i64) -> Box<dyn ChunkTranslator> {
+        // Usage is always asked for: the gateway reads it from the last chunk, and drops that
+        // chunk when the client did not ask for it.
+        Box::new(StreamTranslator::new(created, true))
+    }
+
+    fn openai_error(&self, body: &Value) -> Value {
+        translate::openai_error(body)
+    }
+
+    fn probe(&self) -> Probe {
+        Probe { method: "GET", target: Target::Path("/v1/models"), body: "", accepted: &[] }
+    }
+}

@@ -1,0 +1,111 @@
+//! AWS Bedrock (Converse): SigV4 with the stored access keys, service `bedrock`; streams in
+//! AWS event-stream frames; OpenAI-shaped requests translated by [`crate::translate::converse`].
+//!
+//! - [`sign`]: AWS Signature Version 4 over the upstream request (the `aws-sigv4` crate, set up
+//!   the way botocore signs `bedrock-runtime`, so a request the gateway sends verifies exactly
+//!   as one boto3 would send).
+//! - [`eventstream`]: the `application/vnd.amazon.eventstream` framing of `converse-stream`
+//!   answers (the `aws-smithy-eventstream` crate), decoded into one JSON value per event.
+
+pub mod eventstream;
+pub mod sign;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
+use crate::config::ProviderName;
+use crate::error::{ApiError, ErrorKind};
+use crate::snapshot::{ProviderAuth, ProviderCred};
+use crate::translate::{converse, ChunkTranslator, TranslateError};
+
+pub struct Bedrock;
+
+#[async_trait]
+impl Provider for Bedrock {
+    fn name(&self) -> ProviderName {
+        ProviderName::Bedrock
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Converse
+    }
+
+    async fn prepare(
+        &self,
+        _env: &Env<'_>,
+        cred: &ProviderCred,
+        target: Target<'_>,
+        body: Bytes,
+        _client_header: &ClientHeader<'_>,
+    ) -> Result<UpstreamCall, ApiError> {
+        let ProviderAuth::Aws { keys, region } = &cred.auth else {
+            return Err(ApiError::new(ErrorKind::NotConfigured, "provider bedrock has no access keys"));
+        };
+        let (path, stream) = match target {
+            Target::Model { model, stream } => {
+                (sign::model_path(model, if stream { "converse-stream" } else { "converse" }), stream)
+            }
+            Target::Path(p) => (p.to_string(), false),
+            Target::Native { path, stream } => (path.to_string(), stream),
+        };
+        // Bedrock answers in its own content types; nothing of the client's is forwarded.
+        let mut headers = base_headers(&[], &|_| None);
+        let accept = if stream { "application/vnd.amazon.eventstream" } else { "application/json" };
+        headers.push(("accept", accept.to_string()));
+        let base = &cred.base_url;
+        let url = format!("{}://{}{}{path}", if base.tls { "https" } else { "http" }, base.authority(), base.prefix);
+        let mut signed_over: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let host = base.authority();
+        signed_over.push(("host", host.as_str()));
+        let added =
+            sign::sign(keys, region, "bedrock", "POST", &url, &signed_over, &body, std::time::SystemTime::now())
+                .map_err(|e| {
+                    ApiError::new(ErrorKind::NotConfigured, format!("bedrock request could not be signed: {e}"))
+                })?;
+        for (name, value) in added {
+            headers.push((static_header(&name), value));
+        }
+        Ok(UpstreamCall { method: "POST", path, headers, body })
+    }
+
+    fn request_from_openai(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+        converse::to_converse_request(openai)
+    }
+
+    fn to_openai(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError> {
+        converse::to_openai_completion(answer, model, id, created)
+    }
+
+    fn chunk_translator(&self, model: &str, id: &str, created: i64) -> Box<dyn ChunkTranslator> {
+        Box::new(converse::ConverseStreamTranslator::new(model, id, created, true))
+    }
+
+    fn openai_error(&self, body: &Value) -> Value {
+        converse::openai_error(None, body)
+    }
+
+    /// A signed Converse call with no messages: Bedrock checks the signature first, so its
+    /// `ValidationException` (400) proves the keys work without running (or paying for) a model;
+    /// bad keys answer 403.
+    fn probe(&self) -> Probe {
+        Probe {
+            method: "POST",
+            target: Target::Model { model: "amazon.nova-micro-v1:0", stream: false },
+            body: r#"{"messages":[]}"#,
+            accepted: &[400],
+        }
+    }
+}
+
+/// The names SigV4 adds, as the static strings the upstream header list holds.
+fn static_header(name: &str) -> &'static str {
+    match name.to_ascii_lowercase().as_str() {
+        "authorization" => "authorization",
+        "x-amz-date" => "x-amz-date",
+        "x-amz-security-token" => "x-amz-security-token",
+        "x-amz-content-sha256" => "x-amz-content-sha256",
+        _ => "x-amz-unknown",
+    }
+}

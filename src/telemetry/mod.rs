@@ -1,0 +1,110 @@
+//! OpenTelemetry traces (opt-in): one span per gateway request, with the GenAI semantic
+//! conventions' attributes, exported over OTLP/HTTP (protobuf) to a collector.
+//!
+//! The request path only records into its span ([`RequestSpan`]); an ended span is handed to the
+//! SDK's batch span processor through a bounded channel (dropped when full, never waited on),
+//! and the processor's own thread encodes and sends batches with reqwest's blocking client.
+//! With tracing off the gateway holds `None` and pays one branch per hook.
+
+mod export;
+mod span;
+
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+
+use crate::config::TelemetrySection;
+pub use span::RequestSpan;
+
+/// The OTLP/HTTP path for traces, appended to a base endpoint.
+const TRACES_PATH: &str = "/v1/traces";
+
+/// The URL spans are POSTed to: `endpoint` plus `/v1/traces`, unless it already ends with it
+/// (the rule of `OTEL_EXPORTER_OTLP_ENDPOINT`, lenient to a pasted full URL).
+pub fn traces_url(endpoint: &str) -> Result<String, String> {
+    let endpoint = endpoint.trim();
+    let uri: http::Uri = endpoint.parse().map_err(|_| format!("`{endpoint}` is not a URL"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err(format!("`{endpoint}` must be an http:// or https:// URL with a host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("`{endpoint}` must not have a query string"));
+    }
+    let base = endpoint.trim_end_matches('/');
+    Ok(if base.ends_with(TRACES_PATH) { base.to_string() } else { format!("{base}{TRACES_PATH}") })
+}
+
+/// `url` for the log: without a `user:password@` an operator may have put in it.
+fn shown(url: &str) -> String {
+    match url.parse::<http::Uri>() {
+        Ok(u) => {
+            let port = u.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{}{port}{}", u.scheme_str().unwrap_or(""), u.host().unwrap_or(""), u.path())
+        }
+        Err(_) => "(the configured endpoint)".into(),
+    }
+}
+
+/// The tracer of a running gateway and what each request's span needs from it.
+pub struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    capture_prompts: bool,
+}
+
+impl Tracing {
+    /// The tracer when `telemetry.otlp_endpoint` is set, else `None` (tracing off). Starts the
+    /// batch processor's thread; nothing is sent until a span ends.
+    pub fn from_config(cfg: &TelemetrySection) -> Result<Option<Tracing>, String> {
+        if cfg.otlp_endpoint.is_empty() {
+            return Ok(None);
+        }
+        let url = traces_url(&cfg.otlp_endpoint)?;
+        let exporter = export::exporter(&url, shown(&url))?;
+        // `builder()` also reads `OTEL_RESOURCE_ATTRIBUTES` (e.g. `deployment.environment=prod`).
+        let resource = Resource::builder().with_service_name(cfg.service_name.clone()).build();
+        let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
+        let tracer = provider.tracer("tollgate");
+        log::info!(
+            "tracing: spans go to {} (OTLP/HTTP protobuf), prompts captured: {}",
+            shown(&url),
+            cfg.capture_prompts
+        );
+        Ok(Some(Tracing { provider, tracer, capture_prompts: cfg.capture_prompts }))
+    }
+
+    /// Exports what is still queued, waiting at most `limit`. Blocks: call it once, at exit.
+    pub fn shutdown(&self, limit: Duration) {
+        match self.provider.shutdown_with_timeout(limit) {
+            Ok(()) => log::info!("tracing: queued spans exported"),
+            Err(e) => log::warn!("tracing: spans may be lost at shutdown: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{shown, traces_url};
+
+    #[test]
+    fn the_log_shows_no_credentials_of_the_endpoint() {
+        assert_eq!(
+            shown("https://user:s3cret@otel.example.com:4318/v1/traces"),
+            "https://otel.example.com:4318/v1/traces"
+        );
+        assert_eq!(shown("http://127.0.0.1:4318/v1/traces"), "http://127.0.0.1:4318/v1/traces");
+    }
+
+    #[test]
+    fn the_traces_path_is_appended_once() {
+        assert_eq!(traces_url("http://127.0.0.1:4318").unwrap(), "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(traces_url("https://otel.example.com/").unwrap(), "https://otel.example.com/v1/traces");
+        assert_eq!(traces_url("https://otel.example.com/otlp").unwrap(), "https://otel.example.com/otlp/v1/traces");
+        assert_eq!(traces_url(" http://c:4318/v1/traces ").unwrap(), "http://c:4318/v1/traces");
+        for bad in ["collector:4318", "grpc://c:4317", "http://", "http://c:4318/?x=1", "not a url"] {
+            assert!(traces_url(bad).is_err(), "{bad}");
+        }
+    }
+}
