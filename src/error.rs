@@ -75,6 +75,8 @@ impl ErrorKind {
                 409 => "conflict",
                 413 => "payload_too_large",
                 429 => "rate_limited",
+                // Anthropic's "overloaded", passed through as such on its own route.
+                529 => "overloaded_error",
                 _ => "upstream_error",
             },
         }

@@ -44,6 +44,11 @@ impl Pricing {
     }
 
     /// Cost in USD, rounded to 1e-9 so sums stay tidy; 0 for an unpriced model.
+    /// The names the table prices (shipped table and config overrides).
+    pub fn models(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
     pub fn cost(&self, model: &str, prompt_tokens: u64, completion_tokens: u64) -> f64 {
         let Some(p) = self.price(model) else { return 0.0 };
         let usd = (prompt_tokens as f64 * p.input + completion_tokens as f64 * p.output) / 1_000_000.0;

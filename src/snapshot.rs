@@ -31,6 +31,8 @@ pub struct KeyState {
     pub flushed_ms: AtomicI64,
     /// Requests and tokens per minute (`ratelimit`).
     pub rate: Arc<crate::ratelimit::Windows>,
+    /// `count_tokens` calls per minute, apart from `rate` (`limits.count_tokens_rpm`).
+    pub count_tokens: Arc<crate::ratelimit::Windows>,
 }
 
 #[derive(Debug)]

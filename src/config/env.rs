@@ -20,6 +20,7 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     number(var, "TOLLGATE_UPSTREAM_CONNECT_TIMEOUT_MS", &mut cfg.upstream.connect_timeout_ms)?;
     number(var, "TOLLGATE_UPSTREAM_READ_TIMEOUT_MS", &mut cfg.upstream.read_timeout_ms)?;
     number(var, "TOLLGATE_MAX_BODY_BYTES", &mut cfg.limits.max_body_bytes)?;
+    number(var, "TOLLGATE_COUNT_TOKENS_RPM", &mut cfg.limits.count_tokens_rpm)?;
     number(var, "TOLLGATE_THREADS", &mut cfg.server.threads)?;
     text(var, "TOLLGATE_TLS_CERT_FILE", &mut cfg.listen.tls_cert_file);
     text(var, "TOLLGATE_TLS_KEY_FILE", &mut cfg.listen.tls_key_file);

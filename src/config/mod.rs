@@ -149,6 +149,9 @@ pub struct LimitsSection {
     /// Memory of the exact-match answer cache, and the largest answer it keeps.
     pub cache_max_bytes: u64,
     pub cache_max_entry_bytes: usize,
+    /// `POST /v1/messages/count_tokens` per key and minute, apart from the key's own rpm: agent
+    /// clients count tokens on every turn and at start-up. 0 = unlimited.
+    pub count_tokens_rpm: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -241,6 +244,7 @@ impl Default for LimitsSection {
             default_completion_tokens: 1024,
             cache_max_bytes: 64 << 20,
             cache_max_entry_bytes: 1 << 20,
+            count_tokens_rpm: 600,
         }
     }
 }
@@ -402,12 +406,16 @@ impl Config {
         // the kernel would split connections between them (seen: a management call answered by
         // the gateway). Refuse it at start instead.
         let l = &self.listen;
-        let addrs = [("listen.gateway", l.gateway.0), ("listen.management", l.management.0), ("listen.metrics", l.metrics.0)];
+        let addrs =
+            [("listen.gateway", l.gateway.0), ("listen.management", l.management.0), ("listen.metrics", l.metrics.0)];
         for (i, (a_name, a)) in addrs.iter().enumerate() {
             for (b_name, b) in &addrs[i + 1..] {
                 let same_ip = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
                 if a.port() == b.port() && same_ip {
-                    return bad(b_name, &format!("`{b}` is already the address of `{a_name}`; each listener needs its own"));
+                    return bad(
+                        b_name,
+                        &format!("`{b}` is already the address of `{a_name}`; each listener needs its own"),
+                    );
                 }
             }
         }
@@ -508,7 +516,7 @@ mod tests {
     fn two_listeners_on_one_address_are_refused() {
         let mut c = Config::default();
         c.listen.gateway = ListenAddr::parse("127.0.0.1:8080").unwrap();
-        c.listen.management = c.listen.gateway.clone();
+        c.listen.management = c.listen.gateway;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("listen.management") && e.contains("listen.gateway"), "{e}");
         c.listen.management = ListenAddr::parse("0.0.0.0:8080").unwrap();

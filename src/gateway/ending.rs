@@ -31,6 +31,13 @@ impl Ending {
 
     pub fn error(e: &ApiError, flavor: Flavor, mut headers: Vec<(&'static str, String)>) -> Ending {
         headers.extend(e.headers.iter().cloned());
+        // The openai and anthropic SDKs retry 408, 409, 429 and 5xx unless told not to; a refusal
+        // that no retry can change (a budget, a policy, a bad body) says so explicitly.
+        let status = e.status();
+        let final_refusal = (400..500).contains(&status) && !matches!(status, 408 | 409 | 429);
+        if final_refusal && !headers.iter().any(|(k, _)| *k == "x-should-retry") {
+            headers.push(("x-should-retry", "false".to_string()));
+        }
         Self::json(e.status(), e.body(flavor), &headers)
     }
 

@@ -6,7 +6,9 @@
 //! keep-alive and shutdown; we never let it proxy a body, because it can only replay 64 KiB
 //! (DESIGN.md §2). `logging` runs for every request and records metrics.
 
+mod aside;
 mod body;
+mod catalog;
 mod ending;
 mod relay;
 mod request;
@@ -29,10 +31,11 @@ use crate::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step}
 use crate::providers::{self, Dialect, Target, Usage};
 use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, CheckName, CheckResult, Draft, Kind};
-use crate::snapshot::{KeyEntry, Snapshot};
+use crate::snapshot::{KeyEntry, ProviderCred, Snapshot};
 use crate::telemetry::RequestSpan;
 use crate::translate;
-use crate::upstream::{UpstreamClient, UpstreamError};
+use crate::upstream::{UpstreamClient, UpstreamError, UpstreamResponse};
+use aside::Aside;
 use bytes::Bytes;
 use ending::Ending;
 pub use relay::UpstreamOutcome;
@@ -65,6 +68,8 @@ pub struct Ctx {
     /// Keeps the receipt writer from finishing its shutdown drain while this request runs.
     _in_flight: InFlight,
     route: Option<Route>,
+    /// A route that is not a model call (then `route` is None).
+    aside: Option<Aside>,
     key: Option<Arc<KeyEntry>>,
     provider: Option<ProviderName>,
     model: String,
@@ -277,15 +282,7 @@ impl Gateway {
         let translated = a.translated();
         let Admitted { route, key, parsed } = a;
         let provider = providers::provider(parsed.provider);
-        let cred = ctx.snap.provider(key.tenant_id(), parsed.provider).cloned().ok_or_else(|| {
-            ApiError::new(
-                ErrorKind::NotConfigured,
-                format!(
-                    "provider {p} has no credentials for this tenant: set them with PUT /v1/providers/{p}",
-                    p = parsed.provider
-                ),
-            )
-        })?;
+        let cred = self.credential(ctx, &key, parsed.provider)?;
         // The model the provider addresses by id (Bedrock's path, a translated call); the other
         // calls carry it in the client's body, and build nothing here.
         let by_id = translated || matches!(route, Route::Converse | Route::ConverseStream);
@@ -327,28 +324,7 @@ impl Gateway {
             t.propagate(&mut call.headers);
         }
 
-        let sent_at = Instant::now();
-        // The upstream leg's futures are boxed: inlined, they made this future ~12 KiB, which
-        // Pingora's boxed `request_filter` copied (and allocated) whole for every request.
-        let resp = match Box::pin(self.upstream.send(&cred.base_url, call.method, &call.path, &call.headers, call.body))
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                ctx.upstream = UpstreamOutcome::from_error(&e);
-                log::warn!("request {}: {e}", ctx.request_id);
-                return Err(match e {
-                    UpstreamError::Timeout(_) => {
-                        ApiError::new(ErrorKind::UpstreamTimeout, format!("{} did not answer in time", parsed.provider))
-                    }
-                    UpstreamError::Failed(_) => ApiError::new(
-                        ErrorKind::UpstreamError,
-                        format!("could not reach {}; retry later", parsed.provider),
-                    ),
-                });
-            }
-        };
-        metrics::local::upstream_latency(parsed.provider.as_str(), sent_at.elapsed().as_secs_f64());
+        let resp = self.send_upstream(ctx, parsed.provider, &cred, call).await?;
 
         let headers = ctx.answer_headers();
         let capture_limit = ctx.cx.cache_slot.is_some().then_some(ctx.snap.config.limits.cache_max_entry_bytes);
@@ -391,6 +367,47 @@ impl Gateway {
             log::info!("request {}: client disconnected before the answer was complete", ctx.request_id);
         }
         Ok(relayed.ending)
+    }
+
+    /// The tenant's credential for `provider`, or the error that says how to set one.
+    fn credential(&self, ctx: &Ctx, key: &KeyEntry, provider: ProviderName) -> Result<Arc<ProviderCred>, ApiError> {
+        ctx.snap.provider(key.tenant_id(), provider).cloned().ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::NotConfigured,
+                format!("provider {provider} has no credentials for this tenant: set them with PUT /v1/providers/{provider}"),
+            )
+        })
+    }
+
+    /// Sends the upstream call; a failure to get an answer is the client's 502 or 504.
+    async fn send_upstream(
+        &self,
+        ctx: &mut Ctx,
+        provider: ProviderName,
+        cred: &ProviderCred,
+        call: providers::UpstreamCall,
+    ) -> Result<UpstreamResponse<'_>, ApiError> {
+        let sent_at = Instant::now();
+        // The upstream leg's futures are boxed: inlined, they made this future ~12 KiB, which
+        // Pingora's boxed `request_filter` copied (and allocated) whole for every request.
+        match Box::pin(self.upstream.send(&cred.base_url, call.method, &call.path, &call.headers, call.body)).await {
+            Ok(r) => {
+                metrics::local::upstream_latency(provider.as_str(), sent_at.elapsed().as_secs_f64());
+                Ok(r)
+            }
+            Err(e) => {
+                ctx.upstream = UpstreamOutcome::from_error(&e);
+                log::warn!("request {}: {e}", ctx.request_id);
+                Err(match e {
+                    UpstreamError::Timeout(_) => {
+                        ApiError::new(ErrorKind::UpstreamTimeout, format!("{provider} did not answer in time"))
+                    }
+                    UpstreamError::Failed(_) => {
+                        ApiError::new(ErrorKind::UpstreamError, format!("could not reach {provider}; retry later"))
+                    }
+                })
+            }
+        }
     }
 
     /// Account: commit the receipt, settle the checks, then send the answer's ending. With
@@ -484,6 +501,7 @@ impl ProxyHttp for Gateway {
             trace: None,
             _in_flight: self.app.receipts.in_flight(),
             route: None,
+            aside: None,
             key: None,
             provider: None,
             model: String::new(),
@@ -512,10 +530,17 @@ impl ProxyHttp for Gateway {
             .map(str::to_string)
             .unwrap_or_else(new_id);
         ctx.trace = self.app.telemetry.as_ref().map(|t| t.start(session.req_header(), &ctx.request_id));
-        let ending = match self.handle(session, ctx).await {
+        let req = session.req_header();
+        ctx.aside = Aside::resolve(&req.method, req.uri.path());
+        let flavor_of_aside = ctx.aside.as_ref().map(|a| a.flavor(&req.headers));
+        let handled = match ctx.aside.clone() {
+            Some(a) => self.aside(session, ctx, &a).await,
+            None => self.handle(session, ctx).await,
+        };
+        let ending = match handled {
             Ok(ending) => ending,
             Err(e) => {
-                let flavor = ctx.route.map(Route::flavor).unwrap_or(Flavor::Plain);
+                let flavor = ctx.route.map(Route::flavor).or(flavor_of_aside).unwrap_or(Flavor::Plain);
                 ctx.status = e.status();
                 ctx.error = Some(e.kind);
                 Ending::error(&e, flavor, ctx.answer_headers())
@@ -538,7 +563,7 @@ impl ProxyHttp for Gateway {
     /// Runs once per request after the answer, also on errors: metrics. (The receipt was
     /// committed, or queued, before the answer ended.)
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
-        let route = ctx.route.map(Route::label).unwrap_or("unknown");
+        let route = ctx.route.map(Route::label).or(ctx.aside.as_ref().map(Aside::label)).unwrap_or("unknown");
         let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
         let status = if ctx.status == 0 && e.is_some() { 500 } else { ctx.status };
         metrics::local::request(route, provider, status, ctx.started.elapsed().as_secs_f64());

@@ -173,7 +173,10 @@ async fn relay_refusal(mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> R
     let body = resp.read_all(ERROR_BODY_CAP).await.unwrap_or_default();
     resp.release().await;
     let said = provider_message(&body);
-    let kind = if status >= 500 { ErrorKind::UpstreamError } else { ErrorKind::ProviderRefused(status) };
+    // Anthropic's 529 "overloaded" keeps its status on the Anthropic route: the anthropic SDK
+    // raises its OverloadedError (and retries) on it; any other 5xx is our 502.
+    let overloaded = status == 529 && plan.flavor == Flavor::Anthropic;
+    let kind = if status >= 500 && !overloaded { ErrorKind::UpstreamError } else { ErrorKind::ProviderRefused(status) };
     let message = match said {
         Some(m) => format!("{} answered {status}: {m}", plan.provider),
         None => format!("{} answered {status}", plan.provider),

@@ -24,7 +24,7 @@ impl Route {
         if method != http::Method::POST {
             return None;
         }
-        match path.trim_end_matches('/') {
+        match normalize(path).trim_end_matches('/') {
             "/v1/chat/completions" => Some(Route::ChatCompletions),
             "/v1/embeddings" => Some(Route::Embeddings),
             "/v1/messages" => Some(Route::Messages),
@@ -112,6 +112,16 @@ impl Route {
     }
 }
 
+/// A client whose base URL already ends in `/v1` (the anthropic SDK appends `/v1/messages` to
+/// it) asks for `/v1/v1/...`: one `/v1` is dropped, so both base URLs work.
+pub fn normalize(path: &str) -> &str {
+    if path.starts_with("/v1/v1/") {
+        &path[3..]
+    } else {
+        path
+    }
+}
+
 /// `/bedrock/model/{modelId}/converse[-stream]` → the model id and the route.
 fn bedrock_path(path: &str) -> Option<(String, Route)> {
     let rest = path.strip_prefix("/bedrock/model/")?;
@@ -182,5 +192,7 @@ mod tests {
         );
         assert_eq!(Route::resolve(&post, "/vertex/projects/p1/models/m:generateContent"), None);
         assert_eq!(Route::resolve(&http::Method::GET, v), None);
+        assert_eq!(Route::resolve(&post, "/v1/v1/messages"), Some(Route::Messages));
+        assert_eq!(normalize("/v1/v1/messages/count_tokens?beta=true"), "/v1/messages/count_tokens?beta=true");
     }
 }

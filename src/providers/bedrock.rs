@@ -97,6 +97,14 @@ impl Provider for Bedrock {
             accepted: &[400],
         }
     }
+
+    /// Bedrock model ids are `<vendor>.<model>:<version>` (`amazon.nova-micro-v1:0`); the
+    /// client names them `bedrock/<id>`.
+    fn listed_as(&self, priced: &str) -> Option<String> {
+        let (vendor, rest) = priced.split_once('.')?;
+        let vendor_ok = !vendor.is_empty() && vendor.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        (vendor_ok && rest.contains(':')).then(|| format!("bedrock/{priced}"))
+    }
 }
 
 /// The names SigV4 adds, as the static strings the upstream header list holds.

@@ -93,6 +93,13 @@ pub trait Provider: Sync {
     /// The minimal authenticated call of `POST /v1/providers/{provider}/test`, and whether an
     /// answer's status means the credential works.
     fn probe(&self) -> Probe;
+
+    /// The name a client sends as `model` for a model of the price table that this provider
+    /// serves, or None when it is not one of this provider's (`GET /v1/models`). The routing
+    /// table has the last word: a name is listed only when it routes to this provider.
+    fn listed_as(&self, priced: &str) -> Option<String> {
+        Some(priced.to_string())
+    }
 }
 
 /// A provider's test call.

@@ -77,4 +77,9 @@ impl Provider for Vertex {
             accepted: &[],
         }
     }
+
+    /// Google's own models on Vertex (`gemini-*`); the client names them `vertex/<model>`.
+    fn listed_as(&self, priced: &str) -> Option<String> {
+        priced.starts_with("gemini-").then(|| format!("vertex/{priced}"))
+    }
 }

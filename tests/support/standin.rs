@@ -164,6 +164,15 @@ async fn serve_conn(
             sock.write_all(&b).await?;
             continue;
         }
+        if model == "claude-overloaded" {
+            let b = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+            write_json(&mut sock, 529, &b).await?;
+            continue;
+        }
+        if req.path.split('?').next() == Some("/v1/messages/count_tokens") {
+            write_json(&mut sock, 200, &json!({"input_tokens": 42})).await?;
+            continue;
+        }
         if model == "gpt-fail" {
             let b =
                 json!({"error": {"message": "stand-in failure", "type": "server_error", "param": null, "code": null}});
