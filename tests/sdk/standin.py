@@ -117,7 +117,10 @@ class _Handler(BaseHTTPRequestHandler):
             "/v1/chat/completions": self._chat,
             "/v1/embeddings": self._embeddings,
             "/v1/messages": self._messages,
+            "/v1/messages/count_tokens": self._count_tokens,
         }.get(urlsplit(self.path).path)
+        if req.get("model") == "claude-overloaded":
+            return self._json(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
         if route:
             route(req)
         else:
@@ -208,6 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
             {"type": "message_stop"},
         ]
         self._sse([(e["type"], e) for e in events])
+
+    def _count_tokens(self, req):
+        # A fixed count per message, so a test can tell the answer passed through unchanged.
+        self._json(200, {"input_tokens": 10 * len(req.get("messages") or [])})
 
     # --- wire -----------------------------------------------------------------------------
 
