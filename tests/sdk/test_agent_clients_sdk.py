@@ -102,3 +102,27 @@ def test_a_policy_block_is_not_retried(gateway, standin):
         assert standin.requests == []
     finally:
         http("DELETE", f"{gateway.mgmt_url}/v1/policies/{body['id']}", key=gateway.key)
+
+
+def test_a_mid_stream_block_is_raised_by_both_sdks(gateway, standin):
+    yaml = 'guardrails:\n  applyTo: [response]\n  patterns:\n    - {pattern: "stand-in", action: block, category: test}\n'
+    status, body = http("POST", f"{gateway.mgmt_url}/v1/policies", {"name": "no stand-ins", "yaml": yaml}, gateway.key)
+    assert status == 201, body
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.gateway_url}/v1", api_key=gateway.key, max_retries=0)
+        got = []
+        with pytest.raises(openai.APIError) as e:
+            for chunk in client.chat.completions.create(model="gpt-4o-mini", stream=True,
+                                                        messages=[{"role": "user", "content": "hi"}]):
+                got.extend(c.delta.content or "" for c in chunk.choices)
+        assert "stand-in" not in "".join(got)
+        assert "guardrail" in str(e.value).lower() or "blocked" in str(e.value).lower(), e.value
+
+        with pytest.raises(anthropic.APIError) as e:
+            with anthropic_client(gateway).messages.stream(
+                    model="claude-haiku-4-5", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as s:
+                text = "".join(s.text_stream)
+                assert "stand-in" not in text
+        assert "guardrail" in str(e.value).lower() or "blocked" in str(e.value).lower(), e.value
+    finally:
+        http("DELETE", f"{gateway.mgmt_url}/v1/policies/{body['id']}", key=gateway.key)
