@@ -77,7 +77,7 @@ fn bench_pipeline(c: &mut Criterion) {
                 ex: &ex,
                 status: 200,
                 upstream: UpstreamOutcome::Pass,
-                usage: Some(Usage { prompt_tokens: 60, completion_tokens: 40 }),
+                usage: Some(Usage::plain(60, 40)),
                 cost_usd: 0.00003,
                 answer: None,
             };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::budget::Ledger;
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
+use crate::providers::Usage;
 use crate::receipts::{CheckName, CheckResult};
 
 pub struct Budget {
@@ -31,7 +32,7 @@ impl Check for Budget {
         if limits.is_empty() {
             return Verdict::Skip;
         }
-        let amount = ex.snap.pricing.cost(&ex.model, ex.prompt_tokens_est, ex.completion_tokens_cap());
+        let amount = ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()));
         match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), &limits, amount, ex.now) {
             Ok(r) => {
                 cx.budget = Some(r);

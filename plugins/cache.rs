@@ -74,7 +74,7 @@ mod tests {
             status: 200,
             content_type: "application/json".into(),
             body: bytes::Bytes::from_static(b"{}"),
-            usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
+            usage: Usage::plain(3, 4),
             cost_usd: 0.5,
         };
         let done = Outcome {

@@ -40,7 +40,8 @@ impl Check for RateLimit {
     /// Corrects the token reservation to what the answer really used (0 when nothing was).
     fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
         if let Some(r) = cx.rate.take() {
-            let used = done.usage.map(|u| u.prompt_tokens + u.completion_tokens).unwrap_or(0);
+            // Cache reads and writes are inside `prompt_tokens`: a cached prompt still counts whole.
+            let used = done.usage.map(|u| u.total()).unwrap_or(0);
             ratelimit::settle(r, used, chrono::Utc::now().timestamp_millis());
         }
     }

@@ -103,7 +103,7 @@ mod tests {
             status: 200,
             content_type: "application/json".into(),
             body: Bytes::from(vec![b'x'; n]),
-            usage: Usage { prompt_tokens: 3, completion_tokens: 2 },
+            usage: Usage::plain(3, 2),
             cost_usd: 0.001,
         }
     }

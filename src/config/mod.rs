@@ -193,6 +193,23 @@ pub struct RouteRule {
 pub struct Price {
     pub input: f64,
     pub output: f64,
+    /// Prompt tokens read from the provider's prompt cache; absent = the input rate.
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+    /// Prompt tokens written to the prompt cache (Anthropic's 5-minute writes, Bedrock's);
+    /// absent = the input rate.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+    /// Prompt tokens written to Anthropic's one-hour cache; absent = `cache_write`.
+    #[serde(default)]
+    pub cache_write_1h: Option<f64>,
+}
+
+impl Price {
+    /// Input and output only, cached tokens at the input rate.
+    pub fn plain(input: f64, output: f64) -> Price {
+        Price { input, output, cache_read: None, cache_write: None, cache_write_1h: None }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -439,7 +456,8 @@ impl Config {
             }
         }
         for (model, price) in &self.pricing {
-            if !(price.input >= 0.0 && price.output >= 0.0) {
+            let cached = [price.cache_read, price.cache_write, price.cache_write_1h];
+            if !(price.input >= 0.0 && price.output >= 0.0 && cached.iter().flatten().all(|p| *p >= 0.0)) {
                 return bad(&format!("pricing.{model}"), "prices must be non-negative numbers");
             }
         }
@@ -510,6 +528,21 @@ mod tests {
         let y = "routes:\n  - { model: \"x-*\", provider: mistral }\n";
         let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
         assert!(e.contains("routes[0].provider") && e.contains("t.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn price_overrides_take_cache_columns_and_refuse_negative_ones() {
+        let y = "pricing:\n  m: { input: 1.0, output: 2.0, cache_read: 0.1, cache_write: 1.25 }\n";
+        let c: Config = parse_yaml(y, "t.yaml").unwrap();
+        let p = c.pricing["m"];
+        assert_eq!((p.cache_read, p.cache_write, p.cache_write_1h), (Some(0.1), Some(1.25), None));
+        assert!(c.validate().is_ok());
+        let mut c = Config::default();
+        c.pricing.insert("m".into(), Price { cache_read: Some(-0.1), ..Price::plain(1.0, 2.0) });
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("pricing.m"), "{e}");
+        let e = parse_yaml::<Config>("pricing:\n  m: { input: 1, output: 2, cache_hit: 1 }\n", "t.yaml").unwrap_err();
+        assert!(e.to_string().contains("cache_hit"), "an unknown column is refused: {e}");
     }
 
     #[test]

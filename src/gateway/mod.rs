@@ -356,7 +356,7 @@ impl Gateway {
         ctx.upstream = relayed.outcome;
         ctx.usage = relayed.usage;
         if let Some(u) = relayed.usage {
-            ctx.cost_usd = ctx.snap.pricing.cost(&ctx.model, u.prompt_tokens, u.completion_tokens);
+            ctx.cost_usd = ctx.snap.pricing.cost(&ctx.model, &u);
         }
         ctx.captured = relayed.captured.map(|mut c| {
             c.usage = relayed.usage.unwrap_or_default();

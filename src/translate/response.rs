@@ -59,17 +59,25 @@ fn tool_call(block: &Value) -> Result<Value, TranslateError> {
 
 /// Anthropic counts cached prompt tokens apart from `input_tokens`; OpenAI's `prompt_tokens`
 /// includes them, with the cache reads repeated in `prompt_tokens_details.cached_tokens`.
+/// OpenAI has no member for cache writes: when there were some they are repeated in
+/// `cache_creation_input_tokens` (LiteLLM's spelling), which is also how the gateway, reading
+/// a translated stream's usage chunk, prices them at the cache-write rate.
 pub(super) fn usage(u: &Value) -> Value {
     let n = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
     let cached = n("cache_read_input_tokens");
-    let prompt = n("input_tokens") + n("cache_creation_input_tokens") + cached;
+    let written = n("cache_creation_input_tokens");
+    let prompt = n("input_tokens").saturating_add(written).saturating_add(cached);
     let completion = n("output_tokens");
-    json!({
+    let mut usage = json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": prompt + completion,
+        "total_tokens": prompt.saturating_add(completion),
         "prompt_tokens_details": { "cached_tokens": cached },
-    })
+    });
+    if written > 0 {
+        usage["cache_creation_input_tokens"] = written.into();
+    }
+    usage
 }
 
 /// An Anthropic error (a body `{"type":"error","error":{type,message}}` or the same as an SSE

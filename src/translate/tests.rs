@@ -174,3 +174,29 @@ fn stream_stop_reasons_map_to_finish_reasons() {
         assert_eq!(out[0]["choices"][0]["finish_reason"], finish, "{stop}");
     }
 }
+
+/// OpenAI has no member for cache writes: the translated usage repeats them as
+/// `cache_creation_input_tokens`, so the gateway (which reads a translated stream's usage from
+/// the OpenAI chunk) still prices them as writes. Without writes the usage has no such member.
+#[test]
+fn cache_writes_are_kept_through_the_translated_usage() {
+    let mut t = StreamTranslator::new(CREATED, true);
+    t.on_event(&json!({ "type": "message_start", "message": { "id": "m", "model": "c", "usage": {
+        "input_tokens": 4, "cache_creation_input_tokens": 1000, "cache_read_input_tokens": 3000, "output_tokens": 1 } } }));
+    t.on_event(
+        &json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": 9 } }),
+    );
+    let chunk = t.on_event(&json!({ "type": "message_stop" })).pop().unwrap();
+    assert_eq!(
+        chunk["usage"],
+        json!({ "prompt_tokens": 4004, "completion_tokens": 9, "total_tokens": 4013,
+                "prompt_tokens_details": { "cached_tokens": 3000 }, "cache_creation_input_tokens": 1000 })
+    );
+    let mut read = None;
+    crate::providers::usage::fold_event(crate::providers::Dialect::OpenAi, &chunk, &mut read);
+    let read = read.unwrap();
+    assert_eq!(
+        (read.prompt_tokens, read.completion_tokens, read.cache_read_tokens, read.cache_write_tokens),
+        (4004, 9, 3000, 1000)
+    );
+}

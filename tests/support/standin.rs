@@ -9,7 +9,13 @@
 //! - a last message whose text starts with `ECHO:`: the answer text is the rest of it, and a
 //!   streamed answer sends each `|`-separated piece as its own event (to split text on purpose);
 //! - a last message whose text starts with `USAGE:<n>`: a chat answer reports `n` completion
-//!   tokens (11 prompt tokens as always), to use up token limits with few requests.
+//!   tokens (11 prompt tokens as always), to use up token limits with few requests;
+//! - a last message whose text is `CACHE:<read>,<write>`: the usage reports prompt-cache tokens
+//!   as each provider does. OpenAI: `prompt_tokens` 11 + read, of them `cached_tokens` read
+//!   (writes are not an OpenAI count), and 3 of the 7 completion tokens as `reasoning_tokens`.
+//!   Anthropic: `input_tokens` 13 plus `cache_read_input_tokens` read and
+//!   `cache_creation_input_tokens` write, in the JSON answer, in `message_start` and again
+//!   (cumulative, as the API now sends them) in `message_delta`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -184,7 +190,15 @@ async fn serve_conn(
         let completion_tokens = last_text(&body)
             .and_then(|t| t.strip_prefix("USAGE:").and_then(|n| n.trim().parse::<u64>().ok()))
             .unwrap_or(7);
-        let usage = json!({"prompt_tokens": 11, "completion_tokens": completion_tokens, "total_tokens": 11 + completion_tokens});
+        let cache = cache_marker(&body);
+        let usage = match cache {
+            Some((read, _)) => json!({"prompt_tokens": 11 + read, "completion_tokens": completion_tokens,
+                "total_tokens": 11 + read + completion_tokens, "prompt_tokens_details": {"cached_tokens": read},
+                "completion_tokens_details": {"reasoning_tokens": 3}}),
+            None => {
+                json!({"prompt_tokens": 11, "completion_tokens": completion_tokens, "total_tokens": 11 + completion_tokens})
+            }
+        };
         let reply = echo.clone().map(|e| e.replace('|', "")).unwrap_or_else(|| "Hello from stand-in".to_string());
         let pieces: Vec<String> = match &echo {
             Some(e) => e.split('|').map(str::to_string).collect(),
@@ -248,7 +262,7 @@ async fn serve_conn(
             ("/v1/messages", false) => {
                 let b = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
                     "content": [{"type": "text", "text": reply}], "stop_reason": "end_turn",
-                    "stop_sequence": null, "usage": {"input_tokens": 13, "output_tokens": 6}});
+                    "stop_sequence": null, "usage": anthropic_usage(cache, 6)});
                 write_json(&mut sock, 200, &b).await?
             }
             ("/v1/messages", true) => {
@@ -258,7 +272,7 @@ async fn serve_conn(
                         "message_start",
                         json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
                         "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-                        "usage": {"input_tokens": 13, "output_tokens": 1}}}),
+                        "usage": anthropic_usage(cache, 1)}}),
                     ),
                     ev(
                         "content_block_start",
@@ -275,7 +289,8 @@ async fn serve_conn(
                     ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
                     ev(
                         "message_delta",
-                        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 6}}),
+                        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                            "usage": if cache.is_some() { anthropic_usage(cache, 6) } else { json!({"output_tokens": 6}) }}),
                     ),
                     ev("message_stop", json!({"type": "message_stop"})),
                 ]);
@@ -322,6 +337,22 @@ fn anthropic_tool_stream(model: &str) -> Vec<String> {
     ));
     texts.push(ev("message_stop", json!({"type": "message_stop"})));
     texts
+}
+
+/// `(read, write)` of a last message `CACHE:<read>,<write>`.
+fn cache_marker(body: &Value) -> Option<(u64, u64)> {
+    let text = last_text(body)?;
+    let (read, write) = text.strip_prefix("CACHE:")?.split_once(',')?;
+    Some((read.trim().parse().ok()?, write.trim().parse().ok()?))
+}
+
+/// Anthropic's `usage`: 13 uncached input tokens, the cache counts apart from them.
+fn anthropic_usage(cache: Option<(u64, u64)>, output_tokens: u64) -> Value {
+    match cache {
+        Some((read, write)) => json!({"input_tokens": 13, "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read, "output_tokens": output_tokens}),
+        None => json!({"input_tokens": 13, "output_tokens": output_tokens}),
+    }
 }
 
 /// The text after `ECHO:` in the last message.

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{answer_text, finish_reason, tool_call, tool_call_id, TranslateError};
+use crate::providers::Usage;
 
 /// Translates a whole Gemini answer. `model` and `id` are what the client sees (the answer's
 /// `modelVersion` and `responseId` are Google's), `created` the Unix time the caller stamps.
@@ -57,16 +58,23 @@ fn message(candidate: &Value, id: &str) -> Result<(Value, &'static str), Transla
     Ok((message, finish))
 }
 
-/// (prompt, completion) tokens of a Gemini answer, or of one `streamGenerateContent` event (each
-/// carries the counts so far; the last one the totals), or of a whole non-SSE stream (a JSON
-/// array of such answers: the last counts are the totals). `None` without `usageMetadata`.
-pub fn usage_of(gemini: &Value) -> Option<(u64, u64)> {
+/// The usage of a Gemini answer, or of one `streamGenerateContent` event (each carries the
+/// counts so far; the last one the totals), or of a whole non-SSE stream (a JSON array of such
+/// answers: the last counts are the totals). `None` without `usageMetadata`. The cached tokens
+/// (`cachedContentTokenCount`) are inside the prompt, the thinking tokens inside the completion.
+pub fn usage_of(gemini: &Value) -> Option<Usage> {
     let meta = match gemini {
         Value::Array(events) => events.iter().rev().find_map(|e| e.get("usageMetadata"))?,
         _ => gemini.get("usageMetadata")?,
     };
-    let counts = Counts::of(meta);
-    Some((counts.prompt, counts.completion))
+    let c = Counts::of(meta);
+    Some(Usage {
+        prompt_tokens: c.prompt,
+        completion_tokens: c.completion,
+        cache_read_tokens: c.cached,
+        reasoning_tokens: c.reasoning,
+        ..Usage::default()
+    })
 }
 
 /// Gemini's counts as OpenAI reckons them. The thinking tokens are output Google bills apart
@@ -84,10 +92,10 @@ struct Counts {
 impl Counts {
     fn of(meta: &Value) -> Self {
         let n = |key: &str| meta.get(key).and_then(Value::as_u64).unwrap_or(0);
-        let prompt = n("promptTokenCount") + n("toolUsePromptTokenCount");
+        let prompt = n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount"));
         let reasoning = n("thoughtsTokenCount");
-        let completion = n("candidatesTokenCount") + reasoning;
-        let total = meta.get("totalTokenCount").and_then(Value::as_u64).unwrap_or(prompt + completion);
+        let completion = n("candidatesTokenCount").saturating_add(reasoning);
+        let total = meta.get("totalTokenCount").and_then(Value::as_u64).unwrap_or(prompt.saturating_add(completion));
         Self { prompt, completion, total, cached: n("cachedContentTokenCount"), reasoning }
     }
 }

@@ -104,13 +104,20 @@ fn finish_reasons_map_to_openai_ones() {
 
 #[test]
 fn usage_of_reads_answers_stream_events_and_event_arrays() {
+    let of = |v: &Value| usage_of(v).map(|u| (u.prompt_tokens, u.completion_tokens));
     let answer = &load("response/text.json")["gemini"];
-    assert_eq!(usage_of(answer), Some((12, 37)));
+    assert_eq!(of(answer), Some((12, 37)));
     let event = json!({ "candidates": [], "usageMetadata": { "promptTokenCount": 60, "candidatesTokenCount": 4 } });
-    assert_eq!(usage_of(&event), Some((60, 4)));
+    assert_eq!(of(&event), Some((60, 4)));
     let events = json!([event, { "usageMetadata": { "promptTokenCount": 60, "candidatesTokenCount": 9 } }, {}]);
-    assert_eq!(usage_of(&events), Some((60, 9)));
-    assert_eq!(usage_of(&json!({ "candidates": [] })), None);
+    assert_eq!(of(&events), Some((60, 9)));
+    assert_eq!(of(&json!({ "candidates": [] })), None);
+    // The cached part of the prompt and the thinking part of the completion are told apart.
+    let cached = json!({ "usageMetadata": { "promptTokenCount": 60, "cachedContentTokenCount": 50,
+        "candidatesTokenCount": 4, "thoughtsTokenCount": 6 } });
+    let u = usage_of(&cached).unwrap();
+    assert_eq!((u.prompt_tokens, u.completion_tokens, u.cache_read_tokens, u.reasoning_tokens), (60, 10, 50, 6));
+    assert_eq!(u.cache_write_tokens, 0);
 }
 
 #[test]
