@@ -402,12 +402,16 @@ impl Config {
         // the kernel would split connections between them (seen: a management call answered by
         // the gateway). Refuse it at start instead.
         let l = &self.listen;
-        let addrs = [("listen.gateway", l.gateway.0), ("listen.management", l.management.0), ("listen.metrics", l.metrics.0)];
+        let addrs =
+            [("listen.gateway", l.gateway.0), ("listen.management", l.management.0), ("listen.metrics", l.metrics.0)];
         for (i, (a_name, a)) in addrs.iter().enumerate() {
             for (b_name, b) in &addrs[i + 1..] {
                 let same_ip = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
                 if a.port() == b.port() && same_ip {
-                    return bad(b_name, &format!("`{b}` is already the address of `{a_name}`; each listener needs its own"));
+                    return bad(
+                        b_name,
+                        &format!("`{b}` is already the address of `{a_name}`; each listener needs its own"),
+                    );
                 }
             }
         }
@@ -508,7 +512,7 @@ mod tests {
     fn two_listeners_on_one_address_are_refused() {
         let mut c = Config::default();
         c.listen.gateway = ListenAddr::parse("127.0.0.1:8080").unwrap();
-        c.listen.management = c.listen.gateway.clone();
+        c.listen.management = c.listen.gateway;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("listen.management") && e.contains("listen.gateway"), "{e}");
         c.listen.management = ListenAddr::parse("0.0.0.0:8080").unwrap();
