@@ -1,4 +1,5 @@
-//! Runs tests/sdk: the official OpenAI and Anthropic Python SDKs against the built binary, and
+//! Runs tests/sdk: the official OpenAI and Anthropic Python SDKs against the built binary (on all
+//! four providers' stand-ins; Bedrock's SigV4 recomputed by botocore, Vertex's JWT grant verified), and
 //! the management API's `/openapi.json` validated (openapi-spec-validator) and fuzzed
 //! (schemathesis, about a minute: `test_openapi.py`).
 //! Python is found through TOLLGATE_PYTHON, else the repository's .venv. Without a usable
@@ -12,7 +13,7 @@ use std::process::{Command, Stdio};
 const SETUP: &str = "python3 -m venv .venv && .venv/bin/pip install -r tests/sdk/requirements.txt";
 
 /// What tests/sdk imports (tests/sdk/requirements.txt); scripts/test checks the same list.
-const MODULES: &str = "openai, anthropic, pytest, openapi_spec_validator, schemathesis";
+const MODULES: &str = "openai, anthropic, pytest, openapi_spec_validator, schemathesis, botocore, jwt, yaml";
 
 fn python() -> PathBuf {
     std::env::var_os("TOLLGATE_PYTHON")

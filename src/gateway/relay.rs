@@ -405,6 +405,10 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
     let mut sse = SseSplitter::default();
     // The closing events ([DONE], message_stop) and what a check released just before them.
     let mut held = BytesMut::new();
+    // The provider failed after the stream began (an error event, or a Bedrock exception frame
+    // translated into one): like an error status that is `upstreamStatus: error` (API.md), and
+    // the cache must not keep the answer, or asking again would replay the failure.
+    let mut broke_off = false;
     loop {
         if ended {
             break;
@@ -432,6 +436,7 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
         };
         let mut forward = BytesMut::new();
         for event in sse.push(&chunk) {
+            broke_off |= is_error_event(&event);
             if read_event(plan.dialect, &event, &mut out, plan.read_model) && plan.hide_usage_chunk {
                 continue;
             }
@@ -488,17 +493,27 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
     }
     tail.extend_from_slice(&held);
     let tail = tail.freeze();
-    if let Some(mut c) = capture.filter(|_| plan.capture_limit.is_some()) {
+    if let Some(mut c) = capture.filter(|_| plan.capture_limit.is_some() && !broke_off) {
         c.extend_from_slice(&tail);
         if plan.capture_limit.is_some_and(|l| c.len() <= l) {
             out.captured =
                 Some(Cached { status, content_type, body: c.freeze(), usage: Usage::default(), cost_usd: 0.0 });
         }
     }
-    out.outcome = UpstreamOutcome::Pass;
+    out.outcome = if broke_off { UpstreamOutcome::Fail } else { UpstreamOutcome::Pass };
     resp.release().await;
     out.ending = Ending::Tail { bytes: (!tail.is_empty()).then_some(tail), stream };
     out
+}
+
+/// A provider's error mid-stream: OpenAI's and Gemini's `data: {"error": …}`, Anthropic's `event:
+/// error` (its data `{"type": "error", "error": …}`), and the OpenAI error object a translated
+/// stream ends with. Only an event holding the `"error"` key is parsed (text in a delta has its
+/// quotes escaped, so it cannot hold the marker).
+fn is_error_event(event: &[u8]) -> bool {
+    const MARKER: &[u8] = b"\"error\"";
+    event.windows(MARKER.len()).any(|w| w == MARKER)
+        && sse_json(event).is_some_and(|v| v.get("error").is_some_and(|e| !e.is_null()))
 }
 
 /// The event that closes a stream: OpenAI's `data: [DONE]`, Anthropic's `message_stop`.
@@ -707,6 +722,9 @@ async fn relay_frames(session: &mut Session, resp: UpstreamResponse<'_>, plan: R
     let pipeline = plan.pipeline;
     // The checks' state is lent to the scanner for the relay, and the plan keeps a fresh one.
     let mut cx = std::mem::take(plan.cx);
+    // An exception frame from the provider (throttled, failed mid-answer) ends its answer: the
+    // receipt says `error`, as for an error status (API.md).
+    let mut exception = false;
     let mut relayed = relay_passthrough(session, resp, &plan, Vec::new(), out, &mut |chunk: Bytes| {
         let events = match decoder.push(&chunk) {
             Ok(events) => events,
@@ -723,6 +741,9 @@ async fn relay_frames(session: &mut Session, resp: UpstreamResponse<'_>, plan: R
             }
         };
         events.iter().for_each(|e| usage::fold_event(Dialect::Converse, e, &mut usage));
+        exception |= events
+            .iter()
+            .any(|e| e.as_object().and_then(|o| o.keys().next()).is_some_and(|k| k.ends_with("Exception")));
         match scanner.as_mut() {
             Some(s) => s.frames(&events, pipeline, &mut cx),
             None => Piece::Pass(chunk),
@@ -731,6 +752,9 @@ async fn relay_frames(session: &mut Session, resp: UpstreamResponse<'_>, plan: R
     .await;
     *plan.cx = cx;
     relayed.usage = usage;
+    if exception && relayed.outcome == UpstreamOutcome::Pass {
+        relayed.outcome = UpstreamOutcome::Fail;
+    }
     relayed
 }
 
@@ -822,6 +846,18 @@ mod tests {
         assert!(!is_closing(Dialect::OpenAi, b"data: {\"choices\":[]}\n\n"));
         assert!(is_closing(Dialect::Anthropic, b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
         assert!(!is_closing(Dialect::Anthropic, b"event: message_delta\ndata: {}\n\n"));
+    }
+
+    #[test]
+    fn error_events_are_told_from_text_that_mentions_errors() {
+        assert!(is_error_event(
+            b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n"
+        ));
+        assert!(is_error_event(b"data: {\"error\":{\"message\":\"Too many requests\"}}\r\n\r\n"));
+        let text = br#"data: {"choices":[{"delta":{"content":"say \"error\": no"}}]}"#;
+        assert!(!is_error_event(text), "a quoted word in a delta is escaped");
+        assert!(!is_error_event(br#"data: {"error":null,"choices":[]}"#));
+        assert!(!is_error_event(b"data: [DONE]\n\n"));
     }
 
     #[test]

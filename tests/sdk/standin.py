@@ -1,4 +1,5 @@
-"""A stand-in for the OpenAI and Anthropic APIs on a real local socket.
+"""A stand-in for the OpenAI, Anthropic, Bedrock and Vertex APIs (and Google's token endpoint)
+on a real local socket. The cloud APIs are in standin_cloud.py.
 
 It records every request as the gateway sent it, so tests can check what left the gateway
 (which key, which body), and it answers in the providers' own wire formats, so the official
@@ -18,11 +19,36 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from standin_cloud import CloudRoutes
+
 TEXT = "Hello from stand-in"
 DELTAS = ["Hello", " from", " stand-in"]
 CHAT_USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 EMBEDDING_USAGE = {"prompt_tokens": 5, "total_tokens": 5}
 MODELS = ["gpt-4o-mini", "text-embedding-3-small", "claude-haiku-4-5"]
+
+# Anthropic, Bedrock and Vertex answer a request that declares tools with TOOL_TEXT and two
+# parallel calls (the first two tools declared, arguments from TOOL_ARGS), and a request whose
+# last turn carries tool results with AFTER_TOOLS.
+TOOL_TEXT = "Checking both now."
+TOOL_ARGS = {"get_weather": {"city": "Paris", "unit": "celsius"}, "get_time": {"timezone": "Europe/Paris"}}
+AFTER_TOOLS = "Sunny and 18 C in Paris, where it is 14:05."
+# Bedrock's converse-stream fails mid-stream (standin_cloud.py) on this last message.
+THROTTLE = "THROTTLE"
+# Anthropic's stream fails mid-way with an `overloaded_error` event on this last message.
+OVERLOADED = "OVERLOADED"
+# (prompt, completion) tokens each provider reports, by kind of answer: distinct, so a receipt
+# shows which answer it was read from.
+USAGE = {
+    "anthropic": {"text": (13, 6), "tools": (412, 57)},
+    "bedrock": {"text": (17, 9), "tools": (492, 89)},
+    "vertex": {"text": (21, 8), "tools": (60, 25)},
+}
+
+
+def tool_calls(names: list[str]) -> list[tuple[str, dict]]:
+    """The (name, arguments) of the parallel calls made to a request declaring tools `names`."""
+    return [(name, TOOL_ARGS.get(name, {})) for name in names[:2]]
 
 
 @dataclass
@@ -39,6 +65,14 @@ class Recorded:
 class Standin:
     def __init__(self):
         self.requests: list[Recorded] = []
+        # Trusted by the cloud stand-ins (standin_cloud.py), set by the tests: AWS access key id
+        # -> (secret, region); service-account email -> (public key, private_key_id).
+        self.aws_keys: dict[str, tuple[str, str]] = {}
+        self.service_accounts: dict[str, tuple[object, str]] = {}
+        # Accepted JWT-bearer grants and the tokens issued for them. Not cleared between tests:
+        # the gateway caches a token across them.
+        self.grants: list = []
+        self.tokens: set[str] = set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.standin = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -58,6 +92,12 @@ class Standin:
 
     def clear(self):
         self.requests.clear()
+
+    def trust_aws(self, access_key_id: str, secret_access_key: str, region: str):
+        self.aws_keys[access_key_id] = (secret_access_key, region)
+
+    def trust_service_account(self, client_email: str, public_key, private_key_id: str):
+        self.service_accounts[client_email] = (public_key, private_key_id)
 
     def to(self, path: str) -> list[Recorded]:
         return [r for r in self.requests if urlsplit(r.path).path == path]
@@ -84,7 +124,7 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(CloudRoutes, BaseHTTPRequestHandler):
     # HTTP/1.1 so the gateway can pool connections and sees chunked streaming like the real APIs.
     protocol_version = "HTTP/1.1"
 
@@ -109,6 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self._read_body()
         self._record(body)
+        if self._cloud(body):
+            return
         try:
             req = json.loads(body or b"{}")
         except ValueError:
@@ -188,28 +230,63 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"object": "list", "data": data, "model": req.get("model"), "usage": EMBEDDING_USAGE})
 
     # --- Anthropic ------------------------------------------------------------------------
+    # Text; with `tools`, TOOL_TEXT then two tool_use blocks (streamed as input_json_delta); the
+    # AFTER_TOOLS text for tool results; an `error` event mid-stream for OVERLOADED.
 
     def _messages(self, req):
         model, mid = req.get("model"), f"msg_{uuid.uuid4().hex[:24]}"
+        if not req.get("max_tokens") or not req.get("messages"):
+            return self._json(400, {"type": "error", "error": {
+                "type": "invalid_request_error", "message": "max_tokens and messages: Field required"}})
+        names = [t.get("name") for t in req.get("tools") or []]
+        if not all(names) or not all("input_schema" in t for t in req.get("tools") or []):
+            return self._json(400, {"type": "error", "error": {
+                "type": "invalid_request_error", "message": "tools.0.input_schema: Field required"}})
+        last = req["messages"][-1].get("content")
+        if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+            kind, texts, calls = "text", [AFTER_TOOLS], []
+        elif names:
+            kind, texts, calls = "tools", [TOOL_TEXT[:8], TOOL_TEXT[8:]], tool_calls(names)
+        else:
+            kind, texts, calls = "text", [DELTAS[0], "".join(DELTAS[1:])], []
+        prompt, completion = USAGE["anthropic"][kind]
+        ids = [f"toolu_{uuid.uuid4().hex[:24]}" for _ in calls]
+        stop = "tool_use" if calls else "end_turn"
         message = {"id": mid, "type": "message", "role": "assistant", "model": model,
-                   "content": [{"type": "text", "text": TEXT}],
-                   "stop_reason": "end_turn", "stop_sequence": None,
-                   "usage": {"input_tokens": 13, "output_tokens": 6}}
+                   "content": [{"type": "text", "text": "".join(texts)}] + [
+                       {"type": "tool_use", "id": i, "name": name, "input": args}
+                       for i, (name, args) in zip(ids, calls)],
+                   "stop_reason": stop, "stop_sequence": None,
+                   "usage": {"input_tokens": prompt, "output_tokens": completion}}
         if not req.get("stream"):
             return self._json(200, message)
-        start = dict(message, content=[], stop_reason=None, usage={"input_tokens": 13, "output_tokens": 1})
-        first, rest = DELTAS[0], "".join(DELTAS[1:])
+        start = dict(message, content=[], stop_reason=None, usage={"input_tokens": prompt, "output_tokens": 1})
         events = [
             {"type": "message_start", "message": start},
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
             {"type": "ping"},
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": first}},
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": rest}},
-            {"type": "content_block_stop", "index": 0},
-            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-             "usage": {"output_tokens": 6}},
+        ]
+        events += [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
+                   for t in texts]
+        events.append({"type": "content_block_stop", "index": 0})
+        for index, (tool_id, (name, args)) in enumerate(zip(ids, calls), start=1):
+            events.append({"type": "content_block_start", "index": index,
+                           "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}}})
+            # Like Anthropic: an empty first partial_json, then the arguments in pieces that are
+            # not JSON on their own.
+            raw = json.dumps(args)
+            for piece in ("", raw[:5], raw[5:17], raw[17:]):
+                events.append({"type": "content_block_delta", "index": index,
+                               "delta": {"type": "input_json_delta", "partial_json": piece}})
+            events.append({"type": "content_block_stop", "index": index})
+        events += [
+            {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+             "usage": {"output_tokens": completion}},
             {"type": "message_stop"},
         ]
+        if last == OVERLOADED:
+            # As Anthropic does under load: an error event after the stream began, then the end.
+            events = events[:4] + [{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}]
         self._sse([(e["type"], e) for e in events])
 
     def _count_tokens(self, req):
@@ -229,7 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_found(self):
         self._json(404, {"error": {"type": "not_found_error", "message": f"stand-in: no route {self.path}"}})
 
-    def _sse(self, events):
+    def _sse(self, events, eol: str = "\n"):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -238,7 +315,7 @@ class _Handler(BaseHTTPRequestHandler):
         # One chunk per event, flushed, so a buffering gateway would show up as late delivery.
         for name, data in events:
             text = data if isinstance(data, str) else json.dumps(data)
-            event = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
+            event = (f"event: {name}{eol}" if name else "") + f"data: {text}{eol}{eol}"
             self._chunk(event.encode())
         self._chunk(b"")
 
