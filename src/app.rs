@@ -30,6 +30,23 @@ pub struct App {
     /// OpenTelemetry traces; `None` when off (the default).
     pub telemetry: Option<crate::telemetry::Tracing>,
     pub started: Instant,
+    /// The gateway's own Unix socket (mode 0600): the management API sends a prompt run through
+    /// the gateway's path here, with the caller's key, so it meets the same checks and leaves the
+    /// same receipt as any client's call.
+    pub local_gateway: std::path::PathBuf,
+}
+
+impl App {
+    /// Where the gateway's own socket goes: the data directory, or the temp directory when that
+    /// path would be too long for a Unix socket (108 bytes on Linux).
+    pub fn local_gateway_path(data_dir: &std::path::Path) -> std::path::PathBuf {
+        let in_data = data_dir.join("gateway.sock");
+        if in_data.as_os_str().len() < 100 {
+            in_data
+        } else {
+            std::env::temp_dir().join(format!("tollgate-{}.sock", std::process::id()))
+        }
+    }
 }
 
 impl App {

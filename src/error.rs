@@ -83,6 +83,34 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// The kind an error envelope of ours names (`error.type`), for an answer the gateway gave
+    /// to a call the management API made through it; an unknown type keeps its status.
+    pub fn from_answer(type_name: &str, status: u16) -> ErrorKind {
+        use ErrorKind::*;
+        let known = [
+            InvalidRequest,
+            GuardrailBlocked,
+            Unauthorized,
+            BudgetExceeded,
+            Forbidden,
+            PolicyDenied,
+            NotFound,
+            PayloadTooLarge,
+            RateLimited,
+            UpstreamError,
+            NotConfigured,
+            Unavailable,
+            UpstreamTimeout,
+        ];
+        match known.into_iter().find(|k| k.type_name() == type_name && k.status() == status) {
+            Some(k) => k,
+            None if status >= 500 => UpstreamError,
+            None => ProviderRefused(status),
+        }
+    }
+}
+
 /// The shape an error body takes, chosen by the route the client called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {

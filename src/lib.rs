@@ -68,6 +68,7 @@ pub mod pipeline;
 #[path = "../plugins/mod.rs"]
 pub mod plugins;
 pub mod pricing;
+pub mod prompts;
 pub mod providers;
 pub mod ratelimit;
 pub mod receipts;

@@ -77,6 +77,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let telemetry = crate::telemetry::Tracing::from_config(&cfg.telemetry).map_err(StartError::Telemetry)?;
     let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
     let tokens = Arc::new(crate::providers::vertex_auth::TokenCache::new(upstream.clone(), Default::default()));
+    let cfg_dir = cfg.storage.data_dir.clone();
     let app = Arc::new(App {
         upstream,
         tokens,
@@ -90,6 +91,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         cache,
         telemetry,
         started: Instant::now(),
+        local_gateway: App::local_gateway_path(&cfg_dir),
     });
     Ok(Prepared { app, writer })
 }
@@ -141,6 +143,11 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
         Some((cert, key)) => gateway.add_tls(&cfg.listen.gateway.to_string(), cert, key).map_err(tls_err)?,
         None => gateway.add_tcp(&cfg.listen.gateway.to_string()),
     }
+    // Owner only: the socket bypasses no check (a key is still needed), but nothing else on the
+    // machine has a reason to use it.
+    use std::os::unix::fs::PermissionsExt;
+    let local = app.local_gateway.display().to_string();
+    gateway.add_uds(&local, Some(std::fs::Permissions::from_mode(0o600)));
     server.add_service(gateway);
 
     let mut mgmt = Service::new("management".to_string(), ManagementApp::new(app.clone()));
@@ -188,6 +195,7 @@ fn exit_after_shutdown(app: &App, drained: bool) -> ! {
     if let Some(t) = &app.telemetry {
         t.shutdown(Duration::from_secs(app.config.server.graceful_shutdown_timeout_seconds.max(1)));
     }
+    let _ = std::fs::remove_file(&app.local_gateway);
     log::logger().flush();
     std::process::exit(0)
 }

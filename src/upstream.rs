@@ -49,8 +49,20 @@ impl BaseUrl {
         Ok(BaseUrl { tls, host, port, prefix })
     }
 
+    /// A Unix socket (the gateway's own, for calls the management API makes through it).
+    pub fn unix(path: &std::path::Path) -> BaseUrl {
+        BaseUrl { tls: false, host: path.display().to_string(), port: 0, prefix: String::new() }
+    }
+
+    fn is_unix(&self) -> bool {
+        self.host.starts_with('/')
+    }
+
     /// The `Host` header value.
     pub fn authority(&self) -> String {
+        if self.is_unix() {
+            return "localhost".to_string();
+        }
         let default = if self.tls { 443 } else { 80 };
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
         if self.port == default {
@@ -132,15 +144,20 @@ impl UpstreamClient {
         if let Some(u) = cached {
             return Ok(u);
         }
-        let addr = match base.host.parse::<IpAddr>() {
-            Ok(ip) => SocketAddr::new(ip, base.port),
-            Err(_) => tokio::net::lookup_host((base.host.as_str(), base.port))
-                .await
-                .map_err(|e| UpstreamError::Failed(format!("cannot resolve {}: {e}", base.host)))?
-                .next()
-                .ok_or_else(|| UpstreamError::Failed(format!("{} has no address", base.host)))?,
+        let mut peer = if base.is_unix() {
+            HttpPeer::new_uds(&base.host, false, String::new())
+                .map_err(|e| UpstreamError::Failed(format!("socket {}: {e}", base.host)))?
+        } else {
+            let addr = match base.host.parse::<IpAddr>() {
+                Ok(ip) => SocketAddr::new(ip, base.port),
+                Err(_) => tokio::net::lookup_host((base.host.as_str(), base.port))
+                    .await
+                    .map_err(|e| UpstreamError::Failed(format!("cannot resolve {}: {e}", base.host)))?
+                    .next()
+                    .ok_or_else(|| UpstreamError::Failed(format!("{} has no address", base.host)))?,
+            };
+            HttpPeer::new(addr, base.tls, base.host.clone())
         };
-        let mut peer = HttpPeer::new(addr, base.tls, base.host.clone());
         peer.options.connection_timeout = Some(self.timeouts.connect);
         peer.options.total_connection_timeout = Some(self.timeouts.connect);
         peer.options.read_timeout = Some(self.timeouts.read);

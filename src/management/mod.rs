@@ -13,6 +13,7 @@ mod members;
 mod nul;
 mod openapi;
 mod policies;
+mod prompts;
 mod providers;
 mod receipts;
 pub mod routes;
@@ -52,6 +53,8 @@ impl ManagementApp {
 /// The authenticated key behind a management call.
 pub struct Caller {
     pub key: Arc<KeyEntry>,
+    /// The key as presented (a prompt run sends it on to the gateway, which checks it again).
+    pub presented: crate::secret::Secret,
 }
 
 impl Caller {
@@ -255,9 +258,10 @@ impl ManagementApp {
             };
         }
         let snap = self.app.snapshot.load();
-        let key = bearer(session).and_then(|k| snap.key(&k).cloned()).ok_or_else(ApiError::unauthorized)?;
+        let presented = bearer(session).ok_or_else(ApiError::unauthorized)?;
+        let key = snap.key(&presented).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
-        let caller = Caller { key };
+        let caller = Caller { key, presented: crate::secret::Secret::new(presented) };
         let body = read_body(session, self.app.config.limits.management_max_body_bytes).await?;
         nul::check_request(&segments, &query)?;
         let req = Req { method, segments, query, body };
@@ -282,6 +286,12 @@ impl ManagementApp {
             Op::ProviderTest => providers::test(app, caller, p[0]).await,
             Op::PoliciesList => policies::list(app, caller, req).await,
             Op::PolicyCreate => policies::create(app, caller, req).await,
+            Op::PromptsList => prompts::list(app, caller, req).await,
+            Op::PromptCreate => prompts::create(app, caller, req).await,
+            Op::PromptGet => prompts::get(app, caller, p[0]).await,
+            Op::PromptVersionsList => prompts::versions(app, caller, p[0]).await,
+            Op::PromptVersionCreate => prompts::add_version(app, caller, p[0], req).await,
+            Op::PromptRun => prompts::run(app, caller, req).await,
             Op::PolicyGet => policies::get(app, caller, p[0]).await,
             Op::PolicyReplace => policies::replace(app, caller, p[0], req).await,
             Op::PolicyDelete => policies::delete(app, caller, p[0]).await,
@@ -348,6 +358,9 @@ impl ManagementApp {
                 METRICS.errors.with_label_values(&[e.kind.type_name(), "management"]).inc();
                 let body = e.body(Flavor::Plain);
                 let mut h = json_header(e.status(), body.len());
+                for (k, v) in &e.headers {
+                    let _ = h.insert_header(*k, v.as_str());
+                }
                 if e.status() == 413 {
                     // The rest of the body was not read: the connection cannot be reused.
                     let _ = h.insert_header("connection", "close");

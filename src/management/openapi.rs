@@ -18,7 +18,8 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::{
-    analytics, budget_requests, budgets, compliance, keys, members, policies, providers, receipts, status, teams, Reply,
+    analytics, budget_requests, budgets, compliance, keys, members, policies, prompts, providers, receipts, status,
+    teams, Reply,
 };
 use crate::error::ErrorEnvelope;
 
@@ -80,6 +81,12 @@ use crate::error::ErrorEnvelope;
         compliance::coverage::coverage,
         compliance::coverage::control_receipts,
         compliance::controls::receipt_controls,
+        prompts::list,
+        prompts::create,
+        prompts::get,
+        prompts::versions,
+        prompts::add_version,
+        prompts::run,
     ),
     components(schemas(ErrorEnvelope)),
     tags(
@@ -92,6 +99,7 @@ use crate::error::ErrorEnvelope;
         (name = "teams", description = "Teams and members of the tenant"),
         (name = "budgets", description = "Budgets on keys, teams and the tenant, and requests for more"),
         (name = "compliance", description = "Attestations, inclusion proofs, evidence bundles and packs"),
+        (name = "prompts", description = "Prompt templates, their numbered versions, and runs through the gateway"),
     ),
     modifiers(&SharedParts),
     security(("bearer" = [])),

@@ -56,6 +56,12 @@ pub enum Op {
     Coverage,
     ControlReceipts,
     ReceiptControls,
+    PromptsList,
+    PromptCreate,
+    PromptGet,
+    PromptVersionsList,
+    PromptVersionCreate,
+    PromptRun,
 }
 
 /// One method on one path template. `{name}` matches one path segment (percent-decoded).
@@ -120,6 +126,12 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/compliance/coverage/{framework}", Op::Coverage),
     r("GET", "/v1/compliance/coverage/{framework}/controls/{controlId}/receipts", Op::ControlReceipts),
     r("GET", "/v1/compliance/receipts/{id}/controls", Op::ReceiptControls),
+    r("GET", "/v1/prompts", Op::PromptsList),
+    r("POST", "/v1/prompts", Op::PromptCreate),
+    r("POST", "/v1/prompts/run", Op::PromptRun),
+    r("GET", "/v1/prompts/{id}", Op::PromptGet),
+    r("GET", "/v1/prompts/{id}/versions", Op::PromptVersionsList),
+    r("POST", "/v1/prompts/{id}/versions", Op::PromptVersionCreate),
 ];
 
 /// The outcome of looking a request up.

@@ -19,6 +19,7 @@ pub mod members;
 pub mod packs;
 pub mod period;
 pub mod policies;
+pub mod prompts;
 pub mod providers;
 pub mod receipts;
 pub mod rows;
