@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::budget::Ledger;
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
-use crate::receipts::{CheckName, CheckResult};
+use crate::receipts::{CheckName, CheckResult, Kind};
 
 pub struct Budget {
     ledger: Arc<Ledger>,
@@ -31,7 +31,10 @@ impl Check for Budget {
         if limits.is_empty() {
             return Verdict::Skip;
         }
-        let amount = ex.snap.pricing.cost(&ex.model, ex.prompt_tokens_est, ex.completion_tokens_cap());
+        let amount = match ex.kind {
+            Kind::ToolCall => ex.snap.pricing.tool_cost(&ex.provider, ex.tool.as_deref().unwrap_or_default()),
+            Kind::ModelCall => ex.snap.pricing.cost(&ex.model, ex.prompt_tokens_est, ex.completion_tokens_cap()),
+        };
         match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), &limits, amount, ex.now) {
             Ok(r) => {
                 cx.budget = Some(r);

@@ -169,12 +169,13 @@ impl UpstreamClient {
     }
 
     /// Sends one request and returns once the response header has arrived.
-    pub async fn send(
+    /// Header names are the providers' `&'static str`s, or a tool server's registered names.
+    pub async fn send<K: pingora::http::IntoCaseHeaderName + Clone + AsRef<str>>(
         &self,
         base: &BaseUrl,
         method: &str,
         path: &str,
-        headers: &[(&'static str, String)],
+        headers: &[(K, String)],
         body: Bytes,
     ) -> Result<UpstreamResponse<'_>, UpstreamError> {
         let Upstream { peer, host, .. } = self.upstream(base).await?;
@@ -192,7 +193,7 @@ impl UpstreamClient {
         let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
         req.insert_header("host", host).map_err(|_| bad("host"))?;
         for (k, v) in headers {
-            req.insert_header(*k, v.as_str()).map_err(|_| bad(k))?;
+            req.insert_header(k.clone(), v.as_str()).map_err(|_| bad(k.as_ref()))?;
         }
         if let Some(len) = &length {
             req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;

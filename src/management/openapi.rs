@@ -18,7 +18,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::{
-    analytics, budget_requests, budgets, compliance, keys, members, policies, providers, receipts, status, teams, Reply,
+    analytics, budget_requests, budgets, compliance, keys, members, policies, providers, receipts, status, teams, tool_servers, Reply,
 };
 use crate::error::ErrorEnvelope;
 
@@ -80,6 +80,9 @@ use crate::error::ErrorEnvelope;
         compliance::coverage::coverage,
         compliance::coverage::control_receipts,
         compliance::controls::receipt_controls,
+        tool_servers::create,
+        tool_servers::list,
+        tool_servers::delete,
     ),
     components(schemas(ErrorEnvelope)),
     tags(
@@ -92,6 +95,7 @@ use crate::error::ErrorEnvelope;
         (name = "teams", description = "Teams and members of the tenant"),
         (name = "budgets", description = "Budgets on keys, teams and the tenant, and requests for more"),
         (name = "compliance", description = "Attestations, inclusion proofs, evidence bundles and packs"),
+        (name = "tool-servers", description = "MCP tool servers behind the gateway's /mcp/{server}; header values are write-only"),
     ),
     modifiers(&SharedParts),
     security(("bearer" = [])),

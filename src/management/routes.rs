@@ -56,6 +56,9 @@ pub enum Op {
     Coverage,
     ControlReceipts,
     ReceiptControls,
+    ToolServersList,
+    ToolServerCreate,
+    ToolServerDelete,
 }
 
 /// One method on one path template. `{name}` matches one path segment (percent-decoded).
@@ -120,6 +123,9 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/compliance/coverage/{framework}", Op::Coverage),
     r("GET", "/v1/compliance/coverage/{framework}/controls/{controlId}/receipts", Op::ControlReceipts),
     r("GET", "/v1/compliance/receipts/{id}/controls", Op::ReceiptControls),
+    r("GET", "/v1/tool-servers", Op::ToolServersList),
+    r("POST", "/v1/tool-servers", Op::ToolServerCreate),
+    r("DELETE", "/v1/tool-servers/{name}", Op::ToolServerDelete),
 ];
 
 /// The outcome of looking a request up.
