@@ -457,7 +457,7 @@ pub(crate) mod tests {
         });
         let base = BaseUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         let c = client("");
-        let answer = c.send(&base, "POST", "/v1/embeddings", &[], body).await.unwrap();
+        let answer = c.send::<&str>(&base, "POST", "/v1/embeddings", &[], body).await.unwrap();
         assert_eq!(answer.header().status.as_u16(), 200);
         assert!(server.await.unwrap(), "the body arrived byte for byte");
     }
@@ -491,7 +491,7 @@ pub(crate) mod tests {
         let c = client(ca.to_str().unwrap());
         let base = BaseUrl::parse(&format!("https://127.0.0.1:{port}")).unwrap();
         let body = Bytes::from_static(br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#);
-        let mut answer = c.send(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
+        let mut answer = c.send::<&str>(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
         assert_eq!(answer.header().status.as_u16(), 200);
         assert_eq!(&answer.read_all(1024).await.unwrap()[..], b"over tls!");
         let got = String::from_utf8(server.await.unwrap()).unwrap();
