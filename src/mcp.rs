@@ -53,7 +53,9 @@ pub fn check_headers<'a>(headers: impl Iterator<Item = (&'a String, &'a String)>
         }
         // The value is a secret: the error names the header, never the value.
         if http::HeaderValue::from_str(v).is_err() || v.len() > 8192 {
-            return Err(format!("the value of header `{name}` is not a valid header value (printable, at most 8192 bytes)"));
+            return Err(format!(
+                "the value of header `{name}` is not a valid header value (printable, at most 8192 bytes)"
+            ));
         }
     }
     if n > MAX_HEADERS {

@@ -53,7 +53,8 @@ impl Pricing {
     /// `tool:<server>/<tool>`, else `tool:<tool>`, read as USD per call (a tool call has no
     /// tokens); 0 when neither is listed. Exact names only: tools have no dated snapshots.
     pub fn tool_cost(&self, server: &str, tool: &str) -> f64 {
-        let entry = self.models.get(&format!("tool:{server}/{tool}")).or_else(|| self.models.get(&format!("tool:{tool}")));
+        let entry =
+            self.models.get(&format!("tool:{server}/{tool}")).or_else(|| self.models.get(&format!("tool:{tool}")));
         entry.map_or(0.0, |p| (p.input.max(0.0) * 1e9).round() / 1e9)
     }
 

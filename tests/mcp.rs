@@ -44,7 +44,12 @@ fn call(id: u64, tool: &str, args: Value) -> Value {
 }
 
 fn checks(receipt: &Value) -> Vec<String> {
-    receipt["checks"].as_array().unwrap().iter().map(|c| format!("{}:{}", c["name"], c["result"]).replace('"', "")).collect()
+    receipt["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}:{}", c["name"], c["result"]).replace('"', ""))
+        .collect()
 }
 
 /// The SSE answer's JSON-RPC messages.
@@ -188,7 +193,9 @@ fn a_tool_call_is_checked_receipted_and_reaches_the_server_without_the_tollgate_
         assert_eq!(att.json()["totals"]["toolReceipts"], 4, "{}", att.text());
 
         // Metrics and /status.
-        assert!(g.metric("tollgate_tool_calls_total", &["server=\"search\"", "tool=\"search\"", "result=\"ok\""]) >= 1.0);
+        assert!(
+            g.metric("tollgate_tool_calls_total", &["server=\"search\"", "tool=\"search\"", "result=\"ok\""]) >= 1.0
+        );
         assert!(g.metric("tollgate_tool_calls_total", &["tool=\"shell.exec\"", "result=\"blocked\""]) >= 1.0);
         let status = g.mgmt("GET", "/status", None, None).json();
         let c = status["components"].as_array().unwrap().iter().find(|c| c["name"] == "tool-server:search").cloned();

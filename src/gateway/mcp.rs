@@ -144,15 +144,15 @@ impl Gateway {
             super::presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
         // Another tenant's server is not found, exactly like a name nobody registered.
-        let server = ctx
-            .snap
-            .tool_server(key.tenant_id(), name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&format!("tool server `{name}`: register it with POST /v1/tool-servers")))?;
+        let server = ctx.snap.tool_server(key.tenant_id(), name).cloned().ok_or_else(|| {
+            ApiError::not_found(&format!("tool server `{name}`: register it with POST /v1/tool-servers"))
+        })?;
         let method = session.req_header().method.clone();
         match method.as_str() {
             // The server's own stream, and the end of a session: passed through as they are.
-            "GET" | "DELETE" => self.mcp_forward(session, ctx, &server, method.as_str(), Bytes::new(), Watch::None).await,
+            "GET" | "DELETE" => {
+                self.mcp_forward(session, ctx, &server, method.as_str(), Bytes::new(), Watch::None).await
+            }
             "POST" => self.mcp_post(session, ctx, key, server).await,
             _ => Err(ApiError::new(ErrorKind::MethodNotAllowed, "MCP takes POST, GET and DELETE on /mcp/{server}")),
         }
@@ -176,7 +176,11 @@ impl Gateway {
             Value::Array(_) => {
                 // MCP 2025-06-18 dropped JSON-RPC batches; taking them would also let a
                 // `tools/call` ride in a batch past the per-call checks.
-                return Ok(malformed(-32600, "JSON-RPC batches are not supported: send one message per request", &headers));
+                return Ok(malformed(
+                    -32600,
+                    "JSON-RPC batches are not supported: send one message per request",
+                    &headers,
+                ));
             }
             _ => return Ok(malformed(-32600, "a JSON-RPC message must be a JSON object", &headers)),
         };
@@ -235,7 +239,8 @@ impl Gateway {
         };
         let step = self.pipeline.on_request(&mut ex, &mut ctx.cx);
         ctx.body_changed = ex.body_changed;
-        let body = if ex.body_changed { Bytes::from(serde_json::to_vec(ex.body.json()).unwrap_or_default()) } else { raw };
+        let body =
+            if ex.body_changed { Bytes::from(serde_json::to_vec(ex.body.json()).unwrap_or_default()) } else { raw };
         ctx.exchange = Some(ex);
         match step {
             Step::Continue => {}
@@ -244,7 +249,9 @@ impl Gateway {
                 return Ok(rpc_refusal(&e, &id, ctx.answer_headers()));
             }
             // The cache never serves tool calls (plugins/cache.rs).
-            Step::Serve(_) => return Ok(rpc_refusal(&ApiError::internal("a tool call cannot be cached"), &id, ctx.answer_headers())),
+            Step::Serve(_) => {
+                return Ok(rpc_refusal(&ApiError::internal("a tool call cannot be cached"), &id, ctx.answer_headers()))
+            }
         }
         self.mcp_forward(session, ctx, &server, "POST", body, watch).await
     }
@@ -358,7 +365,10 @@ impl Gateway {
             Err(e) => {
                 ctx.upstream = UpstreamOutcome::from_error(&e);
                 log::warn!("request {}: tool server {}: {e}", ctx.request_id, server.name);
-                let err = ApiError::new(ErrorKind::UpstreamError, format!("tool server `{}`'s answer broke off", server.name));
+                let err = ApiError::new(
+                    ErrorKind::UpstreamError,
+                    format!("tool server `{}`'s answer broke off", server.name),
+                );
                 return match watch.id() {
                     Some(id) => rpc_refusal(&err, id, ctx.answer_headers()),
                     None => Ending::error(&err, crate::error::Flavor::Plain, ctx.answer_headers()),
@@ -381,7 +391,10 @@ impl Gateway {
                 },
                 Err(_) => {
                     ctx.upstream = UpstreamOutcome::Fail;
-                    let e = ApiError::new(ErrorKind::UpstreamError, format!("tool server `{}` answered no JSON", server.name));
+                    let e = ApiError::new(
+                        ErrorKind::UpstreamError,
+                        format!("tool server `{}` answered no JSON", server.name),
+                    );
                     let id = watch.id().cloned().unwrap_or_default();
                     return rpc_refusal(&e, &id, ctx.answer_headers());
                 }
@@ -394,20 +407,31 @@ impl Gateway {
     /// The server's answer to a watched request: the receipt's `UPSTREAM`, the answer-side
     /// checks and the tool-list filter. `Ok(Some)` is the answer to send instead (changed),
     /// `Ok(None)` the answer as it came, `Err` a refusal in its place.
-    fn answered(&self, ctx: &mut Ctx, server: &ToolServer, watch: &Watch, mut v: Value) -> Result<Option<Value>, Value> {
+    fn answered(
+        &self,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        watch: &Watch,
+        mut v: Value,
+    ) -> Result<Option<Value>, Value> {
         match watch {
             Watch::None => Ok(None),
             Watch::List(_, key) => {
                 let Some(Value::Array(tools)) = v.pointer_mut("/result/tools") else { return Ok(None) };
                 let before = tools.len();
                 tools.retain(|t| {
-                    t.get("name").and_then(Value::as_str).is_some_and(|n| tool_allowed(&ctx.snap, &key, &server.name, n))
+                    t.get("name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| tool_allowed(&ctx.snap, key, &server.name, n))
                 });
                 Ok((tools.len() != before).then_some(v))
             }
             Watch::Call(id) => {
-                ctx.upstream =
-                    if v.get("error").is_some() || v.get("result").is_none() { UpstreamOutcome::Fail } else { UpstreamOutcome::Pass };
+                ctx.upstream = if v.get("error").is_some() || v.get("result").is_none() {
+                    UpstreamOutcome::Fail
+                } else {
+                    UpstreamOutcome::Pass
+                };
                 ctx.tool_error = v.pointer("/result/isError").and_then(Value::as_bool).unwrap_or(false);
                 if ctx.upstream == UpstreamOutcome::Pass {
                     ctx.cost_usd = ctx.snap.pricing.tool_cost(&server.name, &ctx.model);
@@ -514,7 +538,9 @@ impl Gateway {
         };
         let parsed = event_data(&event).and_then(|d| serde_json::from_str::<Value>(&d).ok());
         let answers = parsed.as_ref().is_some_and(|v| {
-            v.get("id") == Some(id) && (v.get("result").is_some() || v.get("error").is_some()) && v.get("method").is_none()
+            v.get("id") == Some(id)
+                && (v.get("result").is_some() || v.get("error").is_some())
+                && v.get("method").is_none()
         });
         let (true, Some(v)) = (answers, parsed) else {
             out.extend_from_slice(&event);

@@ -18,7 +18,8 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::{
-    analytics, budget_requests, budgets, compliance, keys, members, policies, providers, receipts, status, teams, tool_servers, Reply,
+    analytics, budget_requests, budgets, compliance, keys, members, policies, providers, receipts, status, teams,
+    tool_servers, Reply,
 };
 use crate::error::ErrorEnvelope;
 

@@ -81,7 +81,10 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     let taken = || {
         ApiError::new(
             ErrorKind::Conflict,
-            format!("a tool server named `{}` already exists in this tenant; delete it first or pick another name", body.name),
+            format!(
+                "a tool server named `{}` already exists in this tenant; delete it first or pick another name",
+                body.name
+            ),
         )
     };
     let snap = app.snapshot.load();
