@@ -420,9 +420,7 @@ impl Gateway {
                 let Some(Value::Array(tools)) = v.pointer_mut("/result/tools") else { return Ok(None) };
                 let before = tools.len();
                 tools.retain(|t| {
-                    t.get("name")
-                        .and_then(Value::as_str)
-                        .is_some_and(|n| tool_allowed(&ctx.snap, key, &server.name, n))
+                    t.get("name").and_then(Value::as_str).is_some_and(|n| tool_allowed(&ctx.snap, key, &server.name, n))
                 });
                 Ok((tools.len() != before).then_some(v))
             }
