@@ -8,7 +8,7 @@ use crate::budget::Ledger;
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
 use crate::providers::Usage;
-use crate::receipts::{CheckName, CheckResult};
+use crate::receipts::{CheckName, CheckResult, Kind};
 
 pub struct Budget {
     ledger: Arc<Ledger>,
@@ -32,7 +32,12 @@ impl Check for Budget {
         if limits.is_empty() {
             return Verdict::Skip;
         }
-        let amount = ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()));
+        let amount = match ex.kind {
+            Kind::ToolCall => ex.snap.pricing.tool_cost(&ex.provider, ex.tool.as_deref().unwrap_or_default()),
+            Kind::ModelCall => {
+                ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()))
+            }
+        };
         match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), &limits, amount, ex.now) {
             Ok(r) => {
                 cx.budget = Some(r);

@@ -25,6 +25,11 @@ impl Check for Cache {
     /// and keeps its answer, `BYPASS` (`Cache-Control: no-cache`) skips the lookup but still
     /// refreshes the entry.
     fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
+        // A tool call acts (writes a file, sends a mail): replaying an earlier answer would
+        // skip the act. Tool calls are never cached.
+        if ex.kind == crate::receipts::Kind::ToolCall {
+            return Verdict::Skip;
+        }
         let Some(settings) = ex.snap.policy(ex.tenant_id()).cache() else { return Verdict::Skip };
         let key_entry = ex.key.clone();
         let key = cache::key(key_entry.tenant_id(), ex.route, &ex.model, ex.body.json());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::error::{ApiError, ErrorKind};
 use crate::guardrails::{self, Direction, Finding, GuardAction, Guardrails, StreamScanner};
 use crate::pipeline::{Check, Ctx, Exchange, ResponsePiece, Verdict};
-use crate::receipts::{CheckName, CheckResult, GuardEvent};
+use crate::receipts::{CheckName, CheckResult, GuardEvent, Kind};
 
 pub struct Guardrail;
 
@@ -14,6 +14,8 @@ pub struct Guardrail;
 pub struct ResponseGuard {
     rails: Arc<Guardrails>,
     stream: StreamScanner,
+    /// The answer is a tool call's JSON-RPC result, not a provider's answer.
+    tool: bool,
 }
 
 fn record(cx: &mut Ctx, findings: &[Finding], direction: &'static str) {
@@ -69,10 +71,20 @@ impl Check for Guardrail {
         let Some(rails) = policy.guardrails() else { return Verdict::Skip };
         if rails.applies_to(Direction::Response) {
             cx.scan_answer = true;
-            cx.response_guard = Some(ResponseGuard { stream: rails.stream(), rails: rails.clone() });
+            let tool = ex.kind == Kind::ToolCall;
+            cx.response_guard = Some(ResponseGuard { stream: rails.stream(), rails: rails.clone(), tool });
         }
         if !rails.applies_to(Direction::Request) {
             return Verdict::Skip;
+        }
+        if ex.kind == Kind::ToolCall {
+            // A tool call's text is its `arguments`, whatever their shape.
+            let out = guardrails::apply_to_tool_call(rails, ex.body.json());
+            record(cx, &out.findings, "request");
+            if out.changed {
+                ex.body_changed = true;
+            }
+            return verdict(&out.findings, out.blocked, out.changed, "the tool call");
         }
         // The common clean body is read from its bytes; the tree is built only to report or redact.
         if ex.body.unparsed().is_some_and(|raw| guardrails::request_is_clean(rails, raw)) {
@@ -89,6 +101,11 @@ impl Check for Guardrail {
     fn on_response(&self, piece: &mut ResponsePiece, cx: &mut Ctx) -> Verdict {
         let Some(guard) = cx.response_guard.as_mut() else { return Verdict::Skip };
         let (findings, is_blocked, changed) = match piece {
+            ResponsePiece::Json(body) if guard.tool => {
+                let Some(v) = body.try_json() else { return Verdict::Skip };
+                let out = guardrails::apply_to_tool_result(&guard.rails, v);
+                (out.findings, out.blocked, out.changed)
+            }
             ResponsePiece::Json(body) => {
                 if body.unparsed().is_some_and(|raw| guardrails::response_is_clean(&guard.rails, raw)) {
                     return Verdict::Pass(CheckResult::Pass);

@@ -264,6 +264,43 @@ impl ApiError {
     pub fn body(&self, flavor: Flavor) -> Vec<u8> {
         serde_json::to_vec(&self.envelope(flavor)).unwrap_or_default()
     }
+
+    /// The JSON-RPC 2.0 code of this error on `/mcp/{server}`, where a refusal is an error
+    /// object the MCP client reads, not an HTTP status. JSON-RPC's own codes for malformed
+    /// messages; the implementation-defined range (-32000 to -32099) for the gateway's checks and
+    /// the tool server's failures, one code per kind so a client can tell them apart.
+    pub fn jsonrpc_code(&self) -> i64 {
+        use ErrorKind::*;
+        match self.kind {
+            InvalidRequest => -32602,
+            PolicyDenied | Forbidden => -32001,
+            GuardrailBlocked => -32002,
+            RateLimited => -32003,
+            BudgetExceeded => -32004,
+            UpstreamError | ProviderRefused(_) => -32005,
+            UpstreamTimeout => -32006,
+            Unauthorized => -32007,
+            NotFound => -32008,
+            PayloadTooLarge => -32009,
+            Unavailable | NotConfigured => -32010,
+            MethodNotAllowed | Conflict => -32600,
+            Internal => -32603,
+        }
+    }
+
+    /// The JSON-RPC error response to the request `id`: `data` carries the contract's error type
+    /// and the HTTP status the same refusal has on the other routes.
+    pub fn jsonrpc(&self, id: &serde_json::Value) -> serde_json::Value {
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": self.jsonrpc_code(),
+                "message": self.message,
+                "data": {"type": self.kind.type_name(), "status": self.status()},
+            },
+        })
+    }
 }
 
 impl From<crate::store::StoreError> for ApiError {

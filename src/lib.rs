@@ -61,6 +61,7 @@ pub mod gateway;
 pub mod guardrails;
 pub mod keys;
 pub mod management;
+pub mod mcp;
 pub mod metrics;
 pub mod policy;
 // One file per check lives in `plugins/` (DESIGN.md §3), compiled into this crate.

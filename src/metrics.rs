@@ -26,6 +26,7 @@ pub struct Metrics {
     pub attestation_signatures_verified: IntCounter,
     pub attestation_memo_blocks: IntCounter,
     pub attestation_memo_spans_written: IntCounter,
+    pub tool_calls: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -121,6 +122,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "Verified-span memo rows recorded after walks (attestation, bundle, chain audit)"
     )
     .expect("register tollgate_attestation_memo_spans_written_total"),
+    tool_calls: register_int_counter_vec!(
+        "tollgate_tool_calls_total",
+        "MCP tools/call requests by tool server, tool and result (ok, tool_error, error, timeout, blocked)",
+        &["server", "tool", "result"]
+    )
+    .expect("register tollgate_tool_calls_total"),
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.

@@ -49,6 +49,15 @@ impl Pricing {
         self.models.keys().map(String::as_str)
     }
 
+    /// The price of one call of `tool` on tool server `server`: the `input` of the pricing entry
+    /// `tool:<server>/<tool>`, else `tool:<tool>`, read as USD per call (a tool call has no
+    /// tokens); 0 when neither is listed. Exact names only: tools have no dated snapshots.
+    pub fn tool_cost(&self, server: &str, tool: &str) -> f64 {
+        let entry =
+            self.models.get(&format!("tool:{server}/{tool}")).or_else(|| self.models.get(&format!("tool:{tool}")));
+        entry.map_or(0.0, |p| (p.input.max(0.0) * 1e9).round() / 1e9)
+    }
+
     /// Cost in USD of `usage`, rounded to 1e-9 so sums stay tidy; 0 for an unpriced model.
     ///
     /// `uncached × input + cache reads × cache_read + cache writes × cache_write (one-hour
@@ -76,6 +85,20 @@ impl Pricing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_calls_cost_nothing_unless_the_table_names_them() {
+        let mut cfg = Config::default();
+        cfg.pricing
+            .insert("tool:search".into(), crate::config::Price { input: 0.01, output: 0.0, ..Default::default() });
+        cfg.pricing
+            .insert("tool:fs/read".into(), crate::config::Price { input: 0.002, output: 0.0, ..Default::default() });
+        let p = Pricing::from_config(&cfg).unwrap();
+        assert_eq!(p.tool_cost("web", "search"), 0.01);
+        assert_eq!(p.tool_cost("fs", "read"), 0.002);
+        assert_eq!(p.tool_cost("other", "read"), 0.0);
+        assert_eq!(p.tool_cost("web", "search-v2"), 0.0);
+    }
 
     #[test]
     fn cloud_models_are_priced_under_their_routing_names() {

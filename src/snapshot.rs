@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::budget::BudgetBook;
 use crate::compliance::pack::{self, Pack, PackSet, Source};
 use crate::config::{Config, ProviderName};
+use crate::mcp::{self, ToolServer};
 use crate::policy::files::PolicyFiles;
 use crate::policy::{validate, CompiledPolicy, TenantPolicy};
 use crate::pricing::Pricing;
@@ -99,6 +100,8 @@ pub struct Snapshot {
     pub teams: HashMap<String, String>,
     /// Pack sets of tenants with packs of their own; the others have the baseline set.
     packs: HashMap<String, Arc<PackSet>>,
+    /// MCP tool servers per tenant, then by name (config entries and API registrations).
+    tool_servers: HashMap<String, HashMap<String, Arc<ToolServer>>>,
 }
 
 /// SHA-256 of a presented key: how keys are stored and looked up.
@@ -141,6 +144,23 @@ impl Snapshot {
         self.packs.get(tenant_id).unwrap_or_else(|| pack::baseline_set())
     }
 
+    /// The tenant's tool server of this name; another tenant's is never found.
+    pub fn tool_server(&self, tenant_id: &str, name: &str) -> Option<&Arc<ToolServer>> {
+        self.tool_servers.get(tenant_id)?.get(name)
+    }
+
+    /// Every tool server, over all tenants (for `/status`).
+    pub fn tool_servers(&self) -> impl Iterator<Item = &Arc<ToolServer>> {
+        self.tool_servers.values().flat_map(|by| by.values())
+    }
+
+    /// The tenant's tool servers, by name.
+    pub fn tenant_tool_servers(&self, tenant_id: &str) -> Vec<&Arc<ToolServer>> {
+        let mut v: Vec<_> = self.tool_servers.get(tenant_id).map(|m| m.values().collect()).unwrap_or_default();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
     pub fn tenant_name(&self, tenant_id: &str) -> Option<&str> {
         self.tenant_names.get(tenant_id).map(String::as_str)
     }
@@ -169,6 +189,7 @@ impl Snapshot {
             budgets: Arc::new(BudgetBook::default()),
             teams: HashMap::new(),
             packs: HashMap::new(),
+            tool_servers: HashMap::new(),
         }
     }
 }
@@ -210,6 +231,7 @@ impl SnapshotHandle {
         let pack_rows = store::packs::all_current(&self.store).await?;
         let team_rows = store::teams::all(&self.store).await?;
         let budget_rows = store::budgets::all(&self.store).await?;
+        let tool_rows = store::tool_servers::all(&self.store).await?;
         let budgets = Arc::new(BudgetBook::build(&budget_rows, &key_rows, &team_rows));
         let teams = team_rows.into_iter().map(|t| (t.id, t.name)).collect();
 
@@ -258,6 +280,7 @@ impl SnapshotHandle {
         let policies = crate::policy::compiled::build_all(&tenants, &by_tenant, &files);
         let tenant_names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
         let packs = tenant_pack_sets(&old, pack_rows);
+        let tool_servers = tool_servers(&old, &self.master, tool_rows);
 
         let next = Snapshot {
             keys,
@@ -271,10 +294,52 @@ impl SnapshotHandle {
             budgets,
             teams,
             packs,
+            tool_servers,
         };
         self.current.store(Arc::new(next));
         Ok(())
     }
+}
+
+/// Each tenant's tool servers: config entries first, then registrations (a registration never
+/// shadows a config entry: the API refuses the name). Counters carry over by tenant and name.
+fn tool_servers(
+    old: &Snapshot,
+    master: &MasterKey,
+    rows: Vec<store::tool_servers::ToolServerRow>,
+) -> HashMap<String, HashMap<String, Arc<ToolServer>>> {
+    let mut out: HashMap<String, HashMap<String, Arc<ToolServer>>> = HashMap::new();
+    let state = |t: &str, n: &str| old.tool_server(t, n).map(|s| s.state.clone()).unwrap_or_default();
+    for c in &old.config.tool_servers {
+        let headers = c
+            .headers
+            .iter()
+            .filter_map(|(k, v)| Some((http::HeaderName::from_bytes(k.as_bytes()).ok()?, Secret::new(v.clone()))))
+            .collect();
+        match mcp::server(&c.tenant, &c.name, &c.url, headers, mcp::Source::Config, state(&c.tenant, &c.name)) {
+            Ok(s) => {
+                out.entry(c.tenant.clone()).or_default().insert(c.name.clone(), Arc::new(s));
+            }
+            Err(e) => log::error!("tool server {} of tenant {} (config): {e}", c.name, c.tenant),
+        }
+    }
+    for row in rows {
+        let by = out.entry(row.tenant_id.clone()).or_default();
+        if by.contains_key(&row.name) {
+            continue;
+        }
+        let opened = mcp::open_headers(master, &row.tenant_id, &row.name, &row.sealed_headers).and_then(|h| {
+            let st = state(&row.tenant_id, &row.name);
+            mcp::server(&row.tenant_id, &row.name, &row.url, h, mcp::Source::Api, st)
+        });
+        match opened {
+            Ok(s) => {
+                by.insert(row.name.clone(), Arc::new(s));
+            }
+            Err(e) => log::error!("tool server {} of tenant {}: {e}", row.name, row.tenant_id),
+        }
+    }
+    out
 }
 
 /// Each tenant's pack set from its packs in force; packs unchanged since `old` are reused.

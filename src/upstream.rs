@@ -186,12 +186,13 @@ impl UpstreamClient {
     }
 
     /// Sends one request and returns once the response header has arrived.
-    pub async fn send(
+    /// Header names are the providers' `&'static str`s, or a tool server's registered names.
+    pub async fn send<K: pingora::http::IntoCaseHeaderName + Clone + AsRef<str>>(
         &self,
         base: &BaseUrl,
         method: &str,
         path: &str,
-        headers: &[(&'static str, String)],
+        headers: &[(K, String)],
         body: Bytes,
     ) -> Result<UpstreamResponse<'_>, UpstreamError> {
         let Upstream { peer, host, .. } = self.upstream(base).await?;
@@ -209,7 +210,7 @@ impl UpstreamClient {
         let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
         req.insert_header("host", host).map_err(|_| bad("host"))?;
         for (k, v) in headers {
-            req.insert_header(*k, v.as_str()).map_err(|_| bad(k))?;
+            req.insert_header(k.clone(), v.as_str()).map_err(|_| bad(k.as_ref()))?;
         }
         if let Some(len) = &length {
             req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;
@@ -473,7 +474,7 @@ pub(crate) mod tests {
         });
         let base = BaseUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         let c = client("");
-        let answer = c.send(&base, "POST", "/v1/embeddings", &[], body).await.unwrap();
+        let answer = c.send::<&str>(&base, "POST", "/v1/embeddings", &[], body).await.unwrap();
         assert_eq!(answer.header().status.as_u16(), 200);
         assert!(server.await.unwrap(), "the body arrived byte for byte");
     }
@@ -507,7 +508,7 @@ pub(crate) mod tests {
         let c = client(ca.to_str().unwrap());
         let base = BaseUrl::parse(&format!("https://127.0.0.1:{port}")).unwrap();
         let body = Bytes::from_static(br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#);
-        let mut answer = c.send(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
+        let mut answer = c.send::<&str>(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
         assert_eq!(answer.header().status.as_u16(), 200);
         assert_eq!(&answer.read_all(1024).await.unwrap()[..], b"over tls!");
         let got = String::from_utf8(server.await.unwrap()).unwrap();

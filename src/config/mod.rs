@@ -33,6 +33,22 @@ pub struct Config {
     pub compliance: ComplianceSection,
     pub receipts: ReceiptsSection,
     pub telemetry: TelemetrySection,
+    /// MCP tool servers listed in config, each for one tenant (beside those registered with
+    /// `POST /v1/tool-servers`).
+    pub tool_servers: Vec<ToolServerConfig>,
+}
+
+/// A tool server of one tenant, from config. Its header values are secrets: they stay in the
+/// process and go only to the server, never into an answer or a log.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolServerConfig {
+    /// The tenant's id (the tenant must exist; `tollgate bootstrap` prints it).
+    pub tenant: String,
+    pub name: String,
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// When a request's receipt is committed relative to its answer.
@@ -188,7 +204,7 @@ pub struct RouteRule {
     pub provider: ProviderName,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub input: f64,
@@ -315,6 +331,7 @@ impl Default for Config {
             ],
             pricing: BTreeMap::new(),
             policies: PoliciesSection::default(),
+            tool_servers: Vec::new(),
         }
     }
 }
@@ -417,6 +434,24 @@ impl Config {
         for (name, p) in [("openai", &self.providers.openai), ("anthropic", &self.providers.anthropic)] {
             if let Err(e) = crate::upstream::BaseUrl::parse(&p.base_url) {
                 return bad(&format!("providers.{name}.base_url"), &e);
+            }
+        }
+        for (i, t) in self.tool_servers.iter().enumerate() {
+            let field = format!("tool_servers[{i}]");
+            if t.tenant.trim().is_empty() {
+                return bad(&format!("{field}.tenant"), "must name a tenant id");
+            }
+            if let Err(e) = crate::mcp::check_name(&t.name) {
+                return bad(&format!("{field}.name"), &e);
+            }
+            if let Err(e) = crate::mcp::ServerUrl::parse(&t.url) {
+                return bad(&format!("{field}.url"), &e);
+            }
+            if let Err(e) = crate::mcp::check_headers(t.headers.iter()) {
+                return bad(&format!("{field}.headers"), &e);
+            }
+            if self.tool_servers[..i].iter().any(|o| o.tenant == t.tenant && o.name == t.name) {
+                return bad(&format!("{field}.name"), "is listed twice for this tenant");
             }
         }
         // Pingora binds with SO_REUSEPORT, so two services on one address would both start and

@@ -25,10 +25,15 @@ pub enum Aside {
     Model(String),
     /// `POST /v1/messages/count_tokens`.
     CountTokens,
+    /// `/mcp/{server}` (POST, GET, DELETE): MCP to a tenant's tool server (`mcp.rs`).
+    Mcp(String),
 }
 
 impl Aside {
     pub fn resolve(method: &http::Method, path: &str) -> Option<Aside> {
+        if let Some(name) = super::mcp::server_name(path) {
+            return Some(Aside::Mcp(name));
+        }
         let path = routes::normalize(path);
         match (method.as_str(), path) {
             ("GET", "/v1/models") => Some(Aside::Models),
@@ -47,6 +52,7 @@ impl Aside {
         match self {
             Aside::Models | Aside::Model(_) => "models",
             Aside::CountTokens => "count_tokens",
+            Aside::Mcp(_) => "mcp",
         }
     }
 
@@ -54,6 +60,7 @@ impl Aside {
     pub fn flavor(&self, headers: &http::HeaderMap) -> Flavor {
         match self {
             Aside::CountTokens => Flavor::Anthropic,
+            Aside::Mcp(_) => Flavor::Plain,
             _ if anthropic_shaped(headers) => Flavor::Anthropic,
             _ => Flavor::OpenAi,
         }
@@ -68,6 +75,9 @@ fn anthropic_shaped(headers: &http::HeaderMap) -> bool {
 impl Gateway {
     /// Answers an aside route.
     pub(super) async fn aside(&self, session: &mut Session, ctx: &mut Ctx, aside: &Aside) -> Result<Ending, ApiError> {
+        if let Aside::Mcp(name) = aside {
+            return self.mcp(session, ctx, name).await;
+        }
         // The key is not kept in `ctx`: a request with a key in `ctx` leaves a receipt.
         let key =
             super::presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
@@ -77,6 +87,7 @@ impl Gateway {
             Aside::Models => Ok(self.model_list(session, ctx, &key, &headers)?),
             Aside::Model(id) => Ok(self.model_info(session, ctx, &key, id, &headers)?),
             Aside::CountTokens => self.count_tokens(session, ctx, key).await,
+            Aside::Mcp(_) => Err(ApiError::internal("unreachable: answered above")),
         }
     }
 

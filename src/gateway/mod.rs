@@ -10,6 +10,7 @@ mod aside;
 mod body;
 mod catalog;
 mod ending;
+mod mcp;
 mod relay;
 mod request;
 mod routes;
@@ -86,6 +87,10 @@ pub struct Ctx {
     cx: pipeline::Ctx,
     /// The answer as the client got it, for the cache.
     captured: Option<Cached>,
+    /// The tool server of a `tools/call` (then the receipt is a `tool_call`).
+    tool: Option<Arc<crate::mcp::ToolServer>>,
+    /// The tool answered with `isError: true` (a result, not a JSON-RPC error).
+    tool_error: bool,
 }
 
 fn header_str(session: &Session, name: &str) -> Option<String> {
@@ -125,7 +130,10 @@ impl Ctx {
             receipt_id: std::mem::take(&mut self.receipt_id),
             request_id: std::mem::take(&mut self.request_id),
             actor,
-            provider: self.provider.map(|p| p.as_str()).unwrap_or_default().into(),
+            provider: match &self.tool {
+                Some(server) => server.name.clone().into(),
+                None => self.provider.map(|p| p.as_str()).unwrap_or_default().into(),
+            },
             model: std::mem::take(&mut self.model),
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
@@ -133,7 +141,10 @@ impl Ctx {
             checks,
             upstream_status: status,
             ts: receipts::receipt_ts(chrono::Utc::now()),
-            kind: self.exchange.as_ref().map(|e| e.kind).unwrap_or(Kind::ModelCall),
+            kind: match self.tool {
+                Some(_) => Kind::ToolCall,
+                None => self.exchange.as_ref().map(|e| e.kind).unwrap_or(Kind::ModelCall),
+            },
             pack_version: if self.snap.config.compliance.stamp_pack_version {
                 self.snap.packs(key.tenant_id()).version.clone()
             } else {
@@ -467,6 +478,20 @@ impl Gateway {
             let provider = ctx.provider.map(ProviderName::as_str).unwrap_or("none");
             metrics::local::usage(provider, &ctx.model, u.prompt_tokens, u.completion_tokens, ctx.cost_usd);
         }
+        if let Some(server) = &ctx.tool {
+            let result = match ctx.upstream {
+                UpstreamOutcome::Skipped => "blocked",
+                UpstreamOutcome::Pass if ctx.tool_error => "tool_error",
+                UpstreamOutcome::Pass => "ok",
+                UpstreamOutcome::Fail => "error",
+                UpstreamOutcome::Timeout => "timeout",
+            };
+            if ctx.upstream != UpstreamOutcome::Skipped {
+                server.state.record(ctx.upstream == UpstreamOutcome::Pass);
+            }
+            let tool = mcp::tool_label(&ctx.model);
+            METRICS.tool_calls.with_label_values(&[server.name.as_str(), tool.as_ref(), result]).inc();
+        }
     }
 
     /// The checks' `on_complete` (settle reservations, fill the cache). A request whose receipt
@@ -514,6 +539,8 @@ impl ProxyHttp for Gateway {
             body_changed: false,
             cx: pipeline::Ctx::default(),
             captured: None,
+            tool: None,
+            tool_error: false,
         }
     }
 

@@ -94,6 +94,54 @@ pub fn apply_to_response_json(g: &Guardrails, body: &mut Value) -> JsonOutcome {
     out
 }
 
+/// How deep tool arguments and results are followed: serde_json parses no deeper, so every
+/// string of a parsed message is reached.
+const TOOL_DEPTH: usize = 128;
+
+/// A JSON-RPC `tools/call` request: every string in `params.arguments`, at any depth (tool
+/// arguments have no fixed shape; an email in any of them is still an email). Object keys are
+/// names, not text, and are left alone.
+pub fn apply_to_tool_call(g: &Guardrails, message: &mut Value) -> JsonOutcome {
+    let mut out = JsonOutcome::default();
+    if let Some(args) = message.pointer_mut("/params/arguments").filter(|_| !g.is_empty()) {
+        all_strings(g, args, 0, &mut out);
+    }
+    out
+}
+
+/// A JSON-RPC response to `tools/call`: the `text` of its `content` blocks (and of embedded
+/// resources), and every string of `structuredContent`. Images, audio and URIs are left alone.
+pub fn apply_to_tool_result(g: &Guardrails, message: &mut Value) -> JsonOutcome {
+    let mut out = JsonOutcome::default();
+    if g.is_empty() {
+        return out;
+    }
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else { return out };
+    if let Some(Value::Array(blocks)) = result.get_mut("content") {
+        for block in blocks {
+            if let Some(Value::String(s)) = block.get_mut("text") {
+                apply_str(g, s, &mut out);
+            }
+            if let Some(Value::String(s)) = block.pointer_mut("/resource/text") {
+                apply_str(g, s, &mut out);
+            }
+        }
+    }
+    if let Some(v) = result.get_mut("structuredContent") {
+        all_strings(g, v, 0, &mut out);
+    }
+    out
+}
+
+fn all_strings(g: &Guardrails, v: &mut Value, depth: usize, out: &mut JsonOutcome) {
+    match v {
+        Value::String(s) => apply_str(g, s, out),
+        Value::Array(items) if depth < TOOL_DEPTH => items.iter_mut().for_each(|i| all_strings(g, i, depth + 1, out)),
+        Value::Object(m) if depth < TOOL_DEPTH => m.values_mut().for_each(|i| all_strings(g, i, depth + 1, out)),
+        _ => {}
+    }
+}
+
 /// A Gemini `Content` (`{role, parts}`): the `text` of its parts. Function calls and responses
 /// are structured data, not free text, and are left alone.
 fn gemini_parts(g: &Guardrails, turn: &mut Value, out: &mut JsonOutcome) {

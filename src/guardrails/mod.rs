@@ -28,7 +28,10 @@ use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use crate::policy::document::GuardrailsDoc;
 pub use crate::policy::document::{Direction, GuardAction};
 pub use json_scan::{request_is_clean, response_is_clean};
-pub use json_text::{apply_to_request_json, apply_to_response_json, event_text, set_event_text, JsonOutcome};
+pub use json_text::{
+    apply_to_request_json, apply_to_response_json, apply_to_tool_call, apply_to_tool_result, event_text,
+    set_event_text, JsonOutcome,
+};
 pub use stream::{StreamOut, StreamScanner};
 
 use detectors::Builtin;

@@ -19,6 +19,7 @@ mod receipts;
 pub mod routes;
 mod status;
 mod teams;
+mod tool_servers;
 
 use std::sync::Arc;
 
@@ -329,6 +330,9 @@ impl ManagementApp {
             Op::Coverage => compliance::coverage::coverage(app, caller, p[0]).await,
             Op::ControlReceipts => compliance::coverage::control_receipts(app, caller, p[0], p[1], req).await,
             Op::ReceiptControls => compliance::controls::receipt_controls(app, caller, p[0], req).await,
+            Op::ToolServersList => tool_servers::list(app, caller).await,
+            Op::ToolServerCreate => tool_servers::create(app, caller, req).await,
+            Op::ToolServerDelete => tool_servers::delete(app, caller, p[0]).await,
         }
     }
 }

@@ -19,7 +19,7 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::{
     analytics, budget_requests, budgets, compliance, keys, members, policies, prompts, providers, receipts, status,
-    teams, Reply,
+    teams, tool_servers, Reply,
 };
 use crate::error::ErrorEnvelope;
 
@@ -87,6 +87,9 @@ use crate::error::ErrorEnvelope;
         prompts::versions,
         prompts::add_version,
         prompts::run,
+        tool_servers::create,
+        tool_servers::list,
+        tool_servers::delete,
     ),
     components(schemas(ErrorEnvelope)),
     tags(
@@ -100,6 +103,7 @@ use crate::error::ErrorEnvelope;
         (name = "budgets", description = "Budgets on keys, teams and the tenant, and requests for more"),
         (name = "compliance", description = "Attestations, inclusion proofs, evidence bundles and packs"),
         (name = "prompts", description = "Prompt templates, their numbered versions, and runs through the gateway"),
+        (name = "tool-servers", description = "MCP tool servers behind the gateway's /mcp/{server}; header values are write-only"),
     ),
     modifiers(&SharedParts),
     security(("bearer" = [])),

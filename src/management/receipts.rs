@@ -12,7 +12,7 @@ use super::{BodyStream, Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::receipts::canonical::Receipt;
-use crate::receipts::{canonical, chain, chain::ChainReport, signer, Check, UpstreamStatus};
+use crate::receipts::{canonical, chain, chain::ChainReport, signer, Check, Kind, UpstreamStatus};
 use crate::store::receipts::{Filter, StoredReceipt};
 use crate::store::{self, Store};
 
@@ -52,7 +52,14 @@ fn filter(req: &Req) -> Result<Filter, ApiError> {
             )));
         }
     }
+    let kind = text("kind");
+    if let Some(k) = &kind {
+        if k != Kind::ModelCall.as_str() && k != Kind::ToolCall.as_str() {
+            return Err(ApiError::invalid(format!("query `kind` must be model_call or tool_call; got `{k}`")));
+        }
+    }
     Ok(Filter {
+        kind,
         from_ts: ts_bound(req, "from")?,
         to_ts: ts_bound(req, "to")?,
         actor: text("actor"),
@@ -102,6 +109,9 @@ pub(super) struct ReceiptFilter {
     check: Option<String>,
     #[param(inline)]
     upstream_status: Option<UpstreamStatus>,
+    /// `model_call` or `tool_call`.
+    #[param(inline, value_type = Option<ReceiptKind>)]
+    kind: Option<String>,
 }
 
 /// A receipt in a list: its main fields, without hashes and signature.

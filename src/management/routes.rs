@@ -62,6 +62,9 @@ pub enum Op {
     PromptVersionsList,
     PromptVersionCreate,
     PromptRun,
+    ToolServersList,
+    ToolServerCreate,
+    ToolServerDelete,
 }
 
 /// One method on one path template. `{name}` matches one path segment (percent-decoded).
@@ -132,6 +135,9 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/prompts/{id}", Op::PromptGet),
     r("GET", "/v1/prompts/{id}/versions", Op::PromptVersionsList),
     r("POST", "/v1/prompts/{id}/versions", Op::PromptVersionCreate),
+    r("GET", "/v1/tool-servers", Op::ToolServersList),
+    r("POST", "/v1/tool-servers", Op::ToolServerCreate),
+    r("DELETE", "/v1/tool-servers/{name}", Op::ToolServerDelete),
 ];
 
 /// The outcome of looking a request up.

@@ -26,7 +26,7 @@ impl ToSchema for Health {}
 #[derive(Serialize, ToSchema)]
 pub(super) struct Component {
     name: String,
-    /// `core`, `providers` or `background`.
+    /// `core`, `providers`, `tools` or `background`.
     group: &'static str,
     #[schema(value_type = Health)]
     status: &'static str,
@@ -117,6 +117,19 @@ pub async fn get(app: &App) -> Handled {
         ));
     }
 
+    // Each tool server by name only: no URL, no tenant (the page needs no key).
+    let mut servers: Vec<_> = snap.tool_servers().collect();
+    servers.sort_by(|a, b| (&a.name, &a.tenant_id).cmp(&(&b.name, &b.tenant_id)));
+    for s in servers {
+        let (calls, failures) = (s.state.calls.load(Ordering::Relaxed), s.state.failures.load(Ordering::Relaxed));
+        let failing = s.state.last_failed.load(Ordering::Relaxed);
+        let detail = format!(
+            "{calls} tool call(s) reached it since start, {failures} failed{}",
+            if failing { "; the last one failed" } else { "" }
+        );
+        let status = if failing { "degraded" } else { "operational" };
+        components.push(component(&format!("tool-server:{}", s.name), "tools", status, false, detail));
+    }
     components.push(policies_component(app));
     components.push(component(
         "webhooks",

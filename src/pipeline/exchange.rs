@@ -56,7 +56,8 @@ impl Exchange {
     /// Tokens to reserve for the answer: the request's own cap, else the configured default
     /// (embeddings have no answer tokens).
     pub fn completion_tokens_cap(&self) -> u64 {
-        if self.route == "/v1/embeddings" {
+        // Embeddings and tool calls have no answer tokens.
+        if self.route == "/v1/embeddings" || self.kind == Kind::ToolCall {
             return 0;
         }
         self.max_tokens.unwrap_or(self.snap.config.limits.default_completion_tokens)

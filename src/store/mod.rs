@@ -27,6 +27,7 @@ pub mod spans;
 pub mod spend;
 pub mod teams;
 pub mod tenants;
+pub mod tool_servers;
 
 use std::future::Future;
 use std::sync::OnceLock;

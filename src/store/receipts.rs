@@ -557,17 +557,19 @@ pub struct Filter {
     pub model: Option<String>,
     pub check: Option<String>,
     pub upstream_status: Option<String>,
+    /// `model_call` or `tool_call`.
+    pub kind: Option<String>,
 }
 
 const FILTER_SQL: &str = "tenant_id = $1 \
      AND (CAST($2 AS TEXT) IS NULL OR ts >= $2) AND (CAST($3 AS TEXT) IS NULL OR ts <= $3) \
      AND (CAST($4 AS TEXT) IS NULL OR actor = $4) AND (CAST($5 AS TEXT) IS NULL OR provider = $5) \
      AND (CAST($6 AS TEXT) IS NULL OR model = $6) AND (CAST($7 AS TEXT) IS NULL OR check_names LIKE $7) \
-     AND (CAST($8 AS TEXT) IS NULL OR upstream_status = $8)";
+     AND (CAST($8 AS TEXT) IS NULL OR upstream_status = $8) AND (CAST($9 AS TEXT) IS NULL OR kind = $9)";
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
 
-/// Binds `$1`..`$8` of [`FILTER_SQL`].
+/// Binds `$1`..`$9` of [`FILTER_SQL`].
 fn bind_filter(q: AnyQuery<'_>, tenant_id: String, f: Filter) -> AnyQuery<'_> {
     let check = like_check(&f.check);
     q.bind(tenant_id)
@@ -578,6 +580,7 @@ fn bind_filter(q: AnyQuery<'_>, tenant_id: String, f: Filter) -> AnyQuery<'_> {
         .bind(f.model)
         .bind(check)
         .bind(f.upstream_status)
+        .bind(f.kind)
 }
 
 fn like_check(name: &Option<String>) -> Option<String> {
@@ -603,7 +606,7 @@ pub async fn page(
                 (None, None) => (String::new(), "DESC"),
             };
             let sql =
-                format!("SELECT {} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $9", *COLUMNS);
+                format!("SELECT {} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $10", *COLUMNS);
             let rows = bind_filter(sqlx::query(sqlx::AssertSqlSafe(sql)), t, f).bind(limit).fetch_all(&pool).await?;
             Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
         })
@@ -895,7 +898,7 @@ pub async fn nth_seq(store: &Store, tenant_id: &str, f: &Filter, n: u64) -> Resu
     let (t, f) = (tenant_id.to_string(), f.clone());
     store
         .run(move |pool, _| async move {
-            let sql = format!("SELECT seq FROM receipts WHERE {FILTER_SQL} ORDER BY seq LIMIT 1 OFFSET $9");
+            let sql = format!("SELECT seq FROM receipts WHERE {FILTER_SQL} ORDER BY seq LIMIT 1 OFFSET $10");
             let row =
                 bind_filter(sqlx::query(sqlx::AssertSqlSafe(sql)), t, f).bind(n as i64).fetch_optional(&pool).await?;
             Ok(row.map(|r| r.get::<i64, _>("seq") as u64))

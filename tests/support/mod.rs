@@ -7,6 +7,7 @@ pub mod http;
 pub mod otlp;
 pub mod standin;
 pub mod standin_cloud;
+pub mod standin_mcp;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -240,6 +241,12 @@ impl Gateway {
     /// The server's process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Sets (or replaces) an environment variable for the next [`Gateway::spawn`] and CLI runs.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
     }
 
     pub fn stop(&mut self) {

@@ -1,0 +1,616 @@
+//! `/mcp/{server}`: MCP over Streamable HTTP to a tenant's tool server (docs/decisions.md, "MCP
+//! tool-call gateway").
+//!
+//! The client authenticates with its Tollgate key; the server gets its registered headers and
+//! the MCP session headers, never the key. Every message passes through, except:
+//! - `tools/call` runs the checks (allowlist, policy, rate limit, budget, guardrails on the
+//!   arguments and on the result) and leaves one `tool_call` receipt; a refusal is a JSON-RPC
+//!   error object the client reads, and the server never sees the call;
+//! - a `tools/list` answer holds only the tools the key may call;
+//! - a JSON-RPC batch or a malformed message is refused (HTTP 400 with a JSON-RPC error).
+//!
+//! The answer to a `tools/call` (a JSON body, or the event of an SSE stream that carries it) is
+//! the answer's [`Ending`]: it leaves only once the receipt is committed.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde_json::Value;
+
+use super::ending::Ending;
+use super::relay::UpstreamOutcome;
+use super::sse::{event_data, SseSplitter};
+use super::{body, header_str, Ctx, Gateway};
+use crate::error::{ApiError, ErrorKind};
+use crate::mcp::ToolServer;
+use crate::pipeline::{Exchange, JsonBody, ResponsePiece, Step};
+use crate::policy::{Decision, Facts};
+use crate::providers::Dialect;
+use crate::receipts::{CheckResult, Kind};
+use crate::snapshot::{KeyEntry, Snapshot};
+use crate::upstream::{UpstreamError, UpstreamResponse};
+
+/// Answers held whole (JSON) up to this size; a larger JSON answer is the server's failure.
+const WHOLE_BODY_CAP: usize = 16 << 20;
+
+/// Request headers of the MCP transport passed to the server as the client sent them.
+const PASSED_REQUEST_HEADERS: &[&str] = &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
+
+/// Answer headers that describe the upstream hop, not the answer.
+const HOP_HEADERS: &[&str] =
+    &["connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "alt-svc", "proxy-connection"];
+
+/// The server name of an `/mcp/{server}` path.
+pub fn server_name(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/mcp/")?;
+    let name = percent_encoding::percent_decode_str(rest.trim_end_matches('/')).decode_utf8().ok()?;
+    (!name.is_empty() && !name.contains('/')).then(|| name.into_owned())
+}
+
+/// A tool name as a metric label: names are the client's to choose, so an unusual one (long,
+/// or outside the usual characters) is counted as `other` rather than growing the label set.
+pub fn tool_label(tool: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !tool.is_empty()
+        && tool.len() <= 64
+        && tool.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':'));
+    if plain {
+        tool.into()
+    } else {
+        "other".into()
+    }
+}
+
+/// What the gateway does with the answer to the client's message.
+enum Watch {
+    /// Nothing: relayed as it comes.
+    None,
+    /// The answer to this `tools/list` request: filtered to the tools this key may call.
+    List(Value, Arc<KeyEntry>),
+    /// The answer to this `tools/call` request: checked, and the receipt's `UPSTREAM`.
+    Call(Value),
+}
+
+impl Watch {
+    fn id(&self) -> Option<&Value> {
+        match self {
+            Watch::None => None,
+            Watch::List(id, _) | Watch::Call(id) => Some(id),
+        }
+    }
+}
+
+/// A JSON-RPC refusal in HTTP 200, so the MCP client reads it as the answer to its request.
+fn rpc_refusal(e: &ApiError, id: &Value, headers: Vec<(&'static str, String)>) -> Ending {
+    let mut headers = headers;
+    headers.extend(e.headers.iter().cloned());
+    Ending::json(200, serde_json::to_vec(&e.jsonrpc(id)).unwrap_or_default(), &headers)
+}
+
+/// A message that is not one valid JSON-RPC message: HTTP 400 with a JSON-RPC error (the
+/// transport's answer to a message it cannot take), no id.
+fn malformed(code: i64, message: &str, headers: &[(&'static str, String)]) -> Ending {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": Value::Null,
+        "error": {"code": code, "message": message, "data": {"type": "invalid_request", "status": 400}},
+    });
+    let mut h = headers.to_vec();
+    h.push(("x-should-retry", "false".into()));
+    Ending::json(400, serde_json::to_vec(&body).unwrap_or_default(), &h)
+}
+
+/// Whether the key may call `tool` on `server`: the allowlists' `tools` and the policy rules
+/// with `kind: tool_call` / `tool:` (the same engine as the checks).
+pub fn tool_allowed(snap: &Snapshot, key: &KeyEntry, server: &str, tool: &str) -> bool {
+    let policy = snap.policy(key.tenant_id());
+    let team_id = key.record.team_id.as_deref();
+    let facts = Facts {
+        kind: Kind::ToolCall,
+        model: tool,
+        provider: server,
+        tool: Some(tool),
+        key_class: &key.record.key_class,
+        role: &key.record.role,
+        team_id,
+        team_name: team_id.and_then(|t| snap.teams.get(t)).map(String::as_str),
+        max_tokens: None,
+        prompt_tokens: 0,
+        now: chrono::Utc::now(),
+    };
+    if policy.allowlist_violation(&facts).is_some() {
+        return false;
+    }
+    !(policy.has_rules() && matches!(policy.evaluate(&facts), Decision::Deny { .. }))
+}
+
+/// The tool name of a `tools/call`: a printable string of at most 256 characters.
+fn tool_name(msg: &Value) -> Result<String, ApiError> {
+    match msg.pointer("/params/name") {
+        Some(Value::String(n)) if !n.is_empty() && n.chars().count() <= 256 && !n.chars().any(char::is_control) => {
+            Ok(n.clone())
+        }
+        Some(_) => Err(ApiError::invalid("`params.name` must be a tool name of 1 to 256 printable characters")),
+        None => Err(ApiError::invalid("`params.name` is required: the name of the tool to call")),
+    }
+}
+
+impl Gateway {
+    /// Answers `/mcp/{server}`.
+    pub(super) async fn mcp(&self, session: &mut Session, ctx: &mut Ctx, name: &str) -> Result<Ending, ApiError> {
+        // The key is put into `ctx` only for a `tools/call`: that alone leaves a receipt.
+        let key =
+            super::presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        key.touch();
+        // Another tenant's server is not found, exactly like a name nobody registered.
+        let server = ctx.snap.tool_server(key.tenant_id(), name).cloned().ok_or_else(|| {
+            ApiError::not_found(&format!("tool server `{name}`: register it with POST /v1/tool-servers"))
+        })?;
+        let method = session.req_header().method.clone();
+        match method.as_str() {
+            // The server's own stream, and the end of a session: passed through as they are.
+            "GET" | "DELETE" => {
+                self.mcp_forward(session, ctx, &server, method.as_str(), Bytes::new(), Watch::None).await
+            }
+            "POST" => self.mcp_post(session, ctx, key, server).await,
+            _ => Err(ApiError::new(ErrorKind::MethodNotAllowed, "MCP takes POST, GET and DELETE on /mcp/{server}")),
+        }
+    }
+
+    async fn mcp_post(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        key: Arc<KeyEntry>,
+        server: Arc<ToolServer>,
+    ) -> Result<Ending, ApiError> {
+        let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
+        let headers = ctx.answer_headers();
+        let msg: Value = match serde_json::from_slice(&raw) {
+            Ok(v) => v,
+            Err(e) => return Ok(malformed(-32700, &format!("parse error: the body is not JSON: {e}"), &headers)),
+        };
+        let obj = match &msg {
+            Value::Object(o) => o,
+            Value::Array(_) => {
+                // MCP 2025-06-18 dropped JSON-RPC batches; taking them would also let a
+                // `tools/call` ride in a batch past the per-call checks.
+                return Ok(malformed(
+                    -32600,
+                    "JSON-RPC batches are not supported: send one message per request",
+                    &headers,
+                ));
+            }
+            _ => return Ok(malformed(-32600, "a JSON-RPC message must be a JSON object", &headers)),
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Ok(malformed(-32600, "`jsonrpc` must be \"2.0\"", &headers));
+        }
+        let id = obj.get("id").filter(|v| v.is_string() || v.is_number()).cloned();
+        if obj.get("id").is_some_and(|v| !(v.is_string() || v.is_number() || v.is_null())) {
+            return Ok(malformed(-32600, "`id` must be a string or a number", &headers));
+        }
+        let method = match obj.get("method") {
+            Some(Value::String(m)) => Some(m.as_str()),
+            Some(_) => return Ok(malformed(-32600, "`method` must be a string", &headers)),
+            // A response to a request of the server's, or not JSON-RPC at all.
+            None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => None,
+            None => return Ok(malformed(-32600, "a JSON-RPC request needs `method`", &headers)),
+        };
+        let watch = match (method, id) {
+            (Some("tools/call"), Some(id)) => Watch::Call(id),
+            (Some("tools/call"), None) => {
+                return Ok(malformed(-32600, "`tools/call` is a request: it needs an `id`", &headers));
+            }
+            (Some("tools/list"), Some(id)) => Watch::List(id, key.clone()),
+            _ => Watch::None,
+        };
+        let Watch::Call(id) = &watch else {
+            return self.mcp_forward(session, ctx, &server, "POST", raw, watch).await;
+        };
+        let id = id.clone();
+
+        // A tool call: from here on the request has a receipt.
+        ctx.key = Some(key.clone());
+        ctx.tool = Some(server.clone());
+        ctx.end_user = header_str(session, "x-tollgate-actor");
+        let tool = match tool_name(&msg) {
+            Ok(t) => t,
+            Err(e) => return Ok(rpc_refusal(&e, &id, ctx.answer_headers())),
+        };
+        ctx.model = tool.clone();
+        let mut ex = Exchange {
+            snap: ctx.snap.clone(),
+            key,
+            kind: Kind::ToolCall,
+            route: "/mcp",
+            dialect: Dialect::OpenAi,
+            provider: server.name.clone().into(),
+            model: tool.clone(),
+            tool: Some(tool),
+            stream: false,
+            max_tokens: None,
+            prompt_tokens_est: 0,
+            body: JsonBody::parsed(msg),
+            body_changed: false,
+            no_cache: true,
+            now: chrono::Utc::now(),
+        };
+        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx);
+        ctx.body_changed = ex.body_changed;
+        let body =
+            if ex.body_changed { Bytes::from(serde_json::to_vec(ex.body.json()).unwrap_or_default()) } else { raw };
+        ctx.exchange = Some(ex);
+        match step {
+            Step::Continue => {}
+            Step::Block(e) => {
+                ctx.error = Some(e.kind);
+                return Ok(rpc_refusal(&e, &id, ctx.answer_headers()));
+            }
+            // The cache never serves tool calls (plugins/cache.rs).
+            Step::Serve(_) => {
+                return Ok(rpc_refusal(&ApiError::internal("a tool call cannot be cached"), &id, ctx.answer_headers()))
+            }
+        }
+        self.mcp_forward(session, ctx, &server, "POST", body, watch).await
+    }
+
+    /// Sends one message to the server and relays its answer.
+    async fn mcp_forward(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        method: &str,
+        body: Bytes,
+        watch: Watch,
+    ) -> Result<Ending, ApiError> {
+        let req = session.req_header();
+        let mut headers: Vec<(http::HeaderName, String)> = Vec::with_capacity(server.headers.len() + 5);
+        for name in PASSED_REQUEST_HEADERS {
+            if let Some(v) = req.headers.get(*name).and_then(|v| v.to_str().ok()) {
+                headers.push((http::HeaderName::from_static(name), v.to_string()));
+            }
+        }
+        if method == "POST" {
+            headers.push((http::header::CONTENT_TYPE, "application/json".into()));
+            if !headers.iter().any(|(k, _)| k == http::header::ACCEPT) {
+                headers.push((http::header::ACCEPT, "application/json, text/event-stream".into()));
+            }
+        }
+        // The registered headers last: they are the server's credentials, and the client's
+        // `Authorization` (its Tollgate key) is never among the headers passed on.
+        headers.extend(server.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+        let sent = Box::pin(self.upstream.send(&server.url.base, method, &server.url.path, &headers, body)).await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.upstream = UpstreamOutcome::from_error(&e);
+                log::warn!("request {}: tool server {}: {e}", ctx.request_id, server.name);
+                let err = match e {
+                    UpstreamError::Timeout(_) => ApiError::new(
+                        ErrorKind::UpstreamTimeout,
+                        format!("tool server `{}` did not answer in time", server.name),
+                    ),
+                    UpstreamError::Failed(_) => ApiError::new(
+                        ErrorKind::UpstreamError,
+                        format!("could not reach tool server `{}`; retry later", server.name),
+                    ),
+                };
+                return match watch.id() {
+                    Some(id) => Ok(rpc_refusal(&err, id, ctx.answer_headers())),
+                    None => Err(err),
+                };
+            }
+        };
+        let status = resp.header().status.as_u16();
+        let content_type = resp
+            .header()
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        // 400 and 404 (an unknown or expired session) are the transport's answers the client
+        // acts on, so they pass; any other failure is the server's, and a request reads it as
+        // its JSON-RPC error.
+        if !(200..300).contains(&status) && !matches!(status, 400 | 404) {
+            return Ok(self.mcp_failed(resp, ctx, server, status, &watch).await);
+        }
+        if (200..300).contains(&status) && content_type.starts_with("text/event-stream") {
+            return Ok(self.mcp_events(session, resp, ctx, server, watch).await);
+        }
+        Ok(self.mcp_whole(resp, ctx, server, status, watch).await)
+    }
+
+    /// The server answered an error status.
+    async fn mcp_failed(
+        &self,
+        mut resp: UpstreamResponse<'_>,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        status: u16,
+        watch: &Watch,
+    ) -> Ending {
+        let _ = resp.read_all(64 << 10).await;
+        resp.release().await;
+        ctx.upstream = UpstreamOutcome::Fail;
+        let what = match status {
+            401 | 403 => " (check the headers registered for it)",
+            _ => "",
+        };
+        let e = ApiError::new(
+            ErrorKind::UpstreamError,
+            format!("tool server `{}` answered HTTP {status}{what}", server.name),
+        );
+        match watch.id() {
+            Some(id) => rpc_refusal(&e, id, ctx.answer_headers()),
+            None => Ending::error(&e, crate::error::Flavor::Plain, ctx.answer_headers()),
+        }
+    }
+
+    /// A whole answer (JSON, `202 Accepted`, a transport error): read, checked, and handed back
+    /// as the ending.
+    async fn mcp_whole(
+        &self,
+        mut resp: UpstreamResponse<'_>,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        status: u16,
+        watch: Watch,
+    ) -> Ending {
+        let body = match resp.read_all(WHOLE_BODY_CAP).await {
+            Ok(b) => b,
+            Err(e) => {
+                ctx.upstream = UpstreamOutcome::from_error(&e);
+                log::warn!("request {}: tool server {}: {e}", ctx.request_id, server.name);
+                let err = ApiError::new(
+                    ErrorKind::UpstreamError,
+                    format!("tool server `{}`'s answer broke off", server.name),
+                );
+                return match watch.id() {
+                    Some(id) => rpc_refusal(&err, id, ctx.answer_headers()),
+                    None => Ending::error(&err, crate::error::Flavor::Plain, ctx.answer_headers()),
+                };
+            }
+        };
+        let mut header = answer_header(&resp, status, &ctx.answer_headers());
+        resp.release().await;
+        let body = match (&watch, (200..300).contains(&status)) {
+            (Watch::None, _) => body,
+            (_, false) => {
+                ctx.upstream = UpstreamOutcome::Fail;
+                body
+            }
+            _ => match serde_json::from_slice::<Value>(&body) {
+                Ok(v) => match self.answered(ctx, server, &watch, v) {
+                    Ok(Some(v)) => Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+                    Ok(None) => body,
+                    Err(refusal) => Bytes::from(serde_json::to_vec(&refusal).unwrap_or_default()),
+                },
+                Err(_) => {
+                    ctx.upstream = UpstreamOutcome::Fail;
+                    let e = ApiError::new(
+                        ErrorKind::UpstreamError,
+                        format!("tool server `{}` answered no JSON", server.name),
+                    );
+                    let id = watch.id().cloned().unwrap_or_default();
+                    return rpc_refusal(&e, &id, ctx.answer_headers());
+                }
+            },
+        };
+        let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
+        Ending::Whole(Box::new(header), body)
+    }
+
+    /// The server's answer to a watched request: the receipt's `UPSTREAM`, the answer-side
+    /// checks and the tool-list filter. `Ok(Some)` is the answer to send instead (changed),
+    /// `Ok(None)` the answer as it came, `Err` a refusal in its place.
+    fn answered(
+        &self,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        watch: &Watch,
+        mut v: Value,
+    ) -> Result<Option<Value>, Value> {
+        match watch {
+            Watch::None => Ok(None),
+            Watch::List(_, key) => {
+                let Some(Value::Array(tools)) = v.pointer_mut("/result/tools") else { return Ok(None) };
+                let before = tools.len();
+                tools.retain(|t| {
+                    t.get("name").and_then(Value::as_str).is_some_and(|n| tool_allowed(&ctx.snap, key, &server.name, n))
+                });
+                Ok((tools.len() != before).then_some(v))
+            }
+            Watch::Call(id) => {
+                ctx.upstream = if v.get("error").is_some() || v.get("result").is_none() {
+                    UpstreamOutcome::Fail
+                } else {
+                    UpstreamOutcome::Pass
+                };
+                ctx.tool_error = v.pointer("/result/isError").and_then(Value::as_bool).unwrap_or(false);
+                if ctx.upstream == UpstreamOutcome::Pass {
+                    ctx.cost_usd = ctx.snap.pricing.tool_cost(&server.name, &ctx.model);
+                }
+                if !ctx.cx.scan_answer || v.get("result").is_none() {
+                    return Ok(None);
+                }
+                let mut answer = JsonBody::parsed(v);
+                match self.pipeline.on_response(&mut ResponsePiece::Json(&mut answer), &mut ctx.cx) {
+                    Ok(()) => {
+                        let redacted = ctx.cx.response_checks.iter().any(|c| c.result == CheckResult::Redact);
+                        Ok(redacted.then(|| answer.take_json()))
+                    }
+                    Err(e) => {
+                        ctx.error = Some(e.kind);
+                        Err(e.jsonrpc(id))
+                    }
+                }
+            }
+        }
+    }
+
+    /// An SSE answer: events pass as they come; the event that answers a watched request is
+    /// checked and held back as the ending (the receipt is committed before it leaves).
+    async fn mcp_events(
+        &self,
+        session: &mut Session,
+        mut resp: UpstreamResponse<'_>,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        watch: Watch,
+    ) -> Ending {
+        let status = resp.header().status.as_u16();
+        let mut header = answer_header(&resp, status, &ctx.answer_headers());
+        if !session.is_http2() {
+            let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+        }
+        if session.write_response_header(Box::new(header), false).await.is_err() {
+            return Ending::Gone;
+        }
+        let mut sse = SseSplitter::default();
+        let mut held: Option<Bytes> = None;
+        loop {
+            let events = match resp.next_chunk().await {
+                Ok(Some(chunk)) => sse.push(&chunk),
+                Ok(None) => {
+                    let rest: Vec<Bytes> = sse.finish().into_iter().collect();
+                    let mut out = BytesMut::new();
+                    for e in rest {
+                        self.mcp_event(ctx, server, &watch, e, &mut out, &mut held);
+                    }
+                    if !out.is_empty() && session.write_response_body(Some(out.freeze()), false).await.is_err() {
+                        return Ending::Gone;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    log::warn!("request {}: tool server {} broke off its stream: {e}", ctx.request_id, server.name);
+                    if watch.id().is_some() && held.is_none() {
+                        ctx.upstream = UpstreamOutcome::from_error(&e);
+                    }
+                    break;
+                }
+            };
+            let mut out = BytesMut::new();
+            for e in events {
+                self.mcp_event(ctx, server, &watch, e, &mut out, &mut held);
+            }
+            if !out.is_empty() && session.write_response_body(Some(out.freeze()), false).await.is_err() {
+                return Ending::Gone;
+            }
+        }
+        resp.release().await;
+        match (watch.id(), held) {
+            (_, Some(last)) => Ending::Tail { bytes: Some(last), stream: None },
+            (None, None) => Ending::Tail { bytes: None, stream: None },
+            (Some(id), None) => {
+                // The stream ended without the answer: the client still gets one.
+                if ctx.upstream == UpstreamOutcome::Skipped || ctx.upstream == UpstreamOutcome::Pass {
+                    ctx.upstream = UpstreamOutcome::Fail;
+                }
+                let e = ApiError::new(
+                    ErrorKind::UpstreamError,
+                    format!("tool server `{}` ended its stream without an answer", server.name),
+                );
+                Ending::Tail { bytes: Some(sse_event(&e.jsonrpc(id))), stream: None }
+            }
+        }
+    }
+
+    /// One event of an SSE answer: appended to `out`, or (the watched answer) put in `held`.
+    fn mcp_event(
+        &self,
+        ctx: &mut Ctx,
+        server: &ToolServer,
+        watch: &Watch,
+        event: Bytes,
+        out: &mut BytesMut,
+        held: &mut Option<Bytes>,
+    ) {
+        let Some(id) = watch.id().filter(|_| held.is_none()) else {
+            out.extend_from_slice(&event);
+            return;
+        };
+        let parsed = event_data(&event).and_then(|d| serde_json::from_str::<Value>(&d).ok());
+        let answers = parsed.as_ref().is_some_and(|v| {
+            v.get("id") == Some(id)
+                && (v.get("result").is_some() || v.get("error").is_some())
+                && v.get("method").is_none()
+        });
+        let (true, Some(v)) = (answers, parsed) else {
+            out.extend_from_slice(&event);
+            return;
+        };
+        *held = Some(match self.answered(ctx, server, watch, v) {
+            Ok(None) => event,
+            Ok(Some(changed)) => rewrite_event(&event, &changed),
+            Err(refusal) => rewrite_event(&event, &refusal),
+        });
+    }
+}
+
+/// `event` with its data replaced by `data` (its other lines, e.g. `id:`, kept).
+fn rewrite_event(event: &[u8], data: &Value) -> Bytes {
+    let text = String::from_utf8_lossy(event);
+    let mut out = BytesMut::new();
+    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with("data:")) {
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(b"\n");
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    out.freeze()
+}
+
+fn sse_event(data: &Value) -> Bytes {
+    rewrite_event(b"event: message\n", data)
+}
+
+fn answer_header(resp: &UpstreamResponse<'_>, status: u16, ours: &[(&'static str, String)]) -> ResponseHeader {
+    let mut header = ResponseHeader::build(status, Some(resp.header().headers.len() + ours.len()))
+        .unwrap_or_else(|_| ResponseHeader::build(502, None).expect("a fixed status builds"));
+    for (name, value) in resp.header().headers.iter() {
+        if !HOP_HEADERS.contains(&name.as_str()) {
+            let _ = header.append_header(name.clone(), value.clone());
+        }
+    }
+    for (k, v) in ours {
+        let _ = header.insert_header(*k, v.as_str());
+    }
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_names_from_paths() {
+        assert_eq!(server_name("/mcp/search").as_deref(), Some("search"));
+        assert_eq!(server_name("/mcp/search/").as_deref(), Some("search"));
+        assert_eq!(server_name("/mcp/a%2Eb").as_deref(), Some("a.b"));
+        assert_eq!(server_name("/mcp/"), None);
+        assert_eq!(server_name("/mcp/a/b"), None);
+        assert_eq!(server_name("/v1/mcp/a"), None);
+    }
+
+    #[test]
+    fn refusals_are_json_rpc_errors_with_the_request_id() {
+        let e = ApiError::new(ErrorKind::PolicyDenied, "tool `shell.exec` is not in the tenant's allowlist");
+        let v = e.jsonrpc(&Value::from(7));
+        assert_eq!(v["jsonrpc"], "2.0");
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["code"], -32001);
+        assert_eq!(v["error"]["data"]["type"], "policy_denied");
+    }
+
+    #[test]
+    fn events_keep_their_other_lines() {
+        let e = rewrite_event(b"event: message\nid: 3\ndata: {\"a\":1}\n\n", &serde_json::json!({"b": 2}));
+        assert_eq!(&e[..], b"event: message\nid: 3\ndata: {\"b\":2}\n\n");
+    }
+}
