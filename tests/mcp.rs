@@ -270,3 +270,46 @@ fn config_lists_tool_servers_too() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(up.requests().last().unwrap().header("x-api-key"), Some("cfg-secret-9"));
 }
+
+#[test]
+fn tool_calls_count_against_rate_limits_and_priced_tools_against_budgets() {
+    for b in backends() {
+        let up = McpStandin::start();
+        let conf = std::env::temp_dir().join(format!("tollgate-mcp-prices-{}.yaml", std::process::id()));
+        std::fs::write(&conf, "pricing:\n  \"tool:search/search\": {input: 0.01, output: 0}\n").unwrap();
+        let g = Gateway::start(&b, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
+        assert_eq!(register(&g, &g.key, "search", &up.url()).status, 201);
+
+        // One request per minute: the second call is a JSON-RPC error, never sent, receipted.
+        let (id, limited) = g.create_key("rpm");
+        let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": 1})));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let first = rpc(&g, "search", &limited, &call(1, "search", json!({"q": "a"})));
+        assert!(first.json()["result"].is_object(), "{}", first.text());
+        let calls = up.calls().len();
+        let second = rpc(&g, "search", &limited, &call(2, "search", json!({"q": "b"})));
+        assert_eq!(second.status, 200);
+        let v = second.json();
+        assert_eq!(v["id"], 2);
+        assert!(v["error"]["message"].as_str().unwrap().contains("rate limit"), "{v}");
+        assert_eq!(up.calls().len(), calls, "a refused call is not sent");
+        assert!(checks(&g.receipt_of(&second)).contains(&"RATELIMIT:BLOCK".to_string()));
+
+        // A priced tool (USD 0.01 per call) against a key budget of 0.015: one call passes and
+        // is billed, the second would exceed it and is refused before the server.
+        let (id, broke) = g.create_key("budget");
+        let budget = json!({"scope": "key", "scopeId": id, "amountUsd": 0.015, "period": "total"});
+        assert_eq!(g.mgmt("POST", "/v1/budgets", Some(&g.key), Some(&budget)).status, 201);
+        let paid = rpc(&g, "search", &broke, &call(3, "search", json!({"q": "paid"})));
+        assert!(paid.json()["result"].is_object(), "{}", paid.text());
+        assert_eq!(g.receipt_of(&paid)["costUsd"].as_f64(), Some(0.01));
+        let calls = up.calls().len();
+        let over = rpc(&g, "search", &broke, &call(4, "search", json!({"q": "over"})));
+        let v = over.json();
+        assert_eq!(v["id"], 4);
+        assert!(v["error"].is_object(), "{v}");
+        assert_eq!(up.calls().len(), calls);
+        assert!(checks(&g.receipt_of(&over)).contains(&"BUDGET:BLOCK".to_string()), "{}", g.receipt_of(&over));
+        let _ = std::fs::remove_file(&conf);
+    }
+}
