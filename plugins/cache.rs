@@ -26,8 +26,10 @@ impl Check for Cache {
     /// refreshes the entry.
     fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
         // A tool call acts (writes a file, sends a mail): replaying an earlier answer would
-        // skip the act. Tool calls are never cached.
-        if ex.kind == crate::receipts::Kind::ToolCall {
+        // skip the act. A Responses answer is a stored object with its own id, which later
+        // calls name (`previous_response_id`, retrieve): replaying it would hand out one id
+        // twice. Neither is ever cached.
+        if ex.kind == crate::receipts::Kind::ToolCall || ex.route == "/v1/responses" {
             return Verdict::Skip;
         }
         let Some(settings) = ex.snap.policy(ex.tenant_id()).cache() else { return Verdict::Skip };

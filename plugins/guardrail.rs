@@ -7,6 +7,7 @@ use crate::error::{ApiError, ErrorKind};
 use crate::guardrails::{self, Direction, Finding, GuardAction, Guardrails, StreamScanner};
 use crate::pipeline::{Check, Ctx, Exchange, ResponsePiece, Verdict};
 use crate::receipts::{CheckName, CheckResult, GuardEvent, Kind};
+use crate::snapshot::Snapshot;
 
 pub struct Guardrail;
 
@@ -59,6 +60,33 @@ fn verdict(findings: &[Finding], is_blocked: bool, changed: bool, what: &str) ->
     }
 }
 
+/// Arms the answer-side scan when the tenant's guardrails apply to answers; true when armed.
+pub fn arm_answer_scan(snap: &Snapshot, tenant: &str, cx: &mut Ctx) -> bool {
+    let policy = snap.policy(tenant);
+    let Some(rails) = policy.guardrails().filter(|r| r.applies_to(Direction::Response)) else { return false };
+    arm(rails, false, cx);
+    true
+}
+
+fn arm(rails: &Arc<Guardrails>, tool: bool, cx: &mut Ctx) {
+    cx.scan_answer = true;
+    cx.response_guard = Some(ResponseGuard { stream: rails.stream(), rails: rails.clone(), tool });
+}
+
+/// The request-side scan for a call that is not a model call but still sends text to the
+/// provider (`POST /v1/responses/input_tokens`): redacts `body` in place (true when it did) or
+/// refuses as a model call would. No receipt records it; the metrics count its findings.
+pub fn scan_side_request(snap: &Snapshot, tenant: &str, body: &mut serde_json::Value) -> Result<bool, ApiError> {
+    let policy = snap.policy(tenant);
+    let Some(rails) = policy.guardrails().filter(|r| r.applies_to(Direction::Request)) else { return Ok(false) };
+    let out = guardrails::apply_to_request_json(rails, body);
+    record(&mut Ctx::default(), &out.findings, "request");
+    match verdict(&out.findings, out.blocked, out.changed, "the request") {
+        Verdict::Block(_, e) => Err(e),
+        _ => Ok(out.changed),
+    }
+}
+
 impl Check for Guardrail {
     fn name(&self) -> CheckName {
         CheckName::Guardrail
@@ -70,9 +98,7 @@ impl Check for Guardrail {
         let policy = ex.snap.policy(ex.tenant_id());
         let Some(rails) = policy.guardrails() else { return Verdict::Skip };
         if rails.applies_to(Direction::Response) {
-            cx.scan_answer = true;
-            let tool = ex.kind == Kind::ToolCall;
-            cx.response_guard = Some(ResponseGuard { stream: rails.stream(), rails: rails.clone(), tool });
+            arm(rails, ex.kind == Kind::ToolCall, cx);
         }
         if !rails.applies_to(Direction::Request) {
             return Verdict::Skip;

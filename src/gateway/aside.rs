@@ -1,6 +1,7 @@
-//! Gateway routes that are not model calls: the model list and Anthropic's token counting.
-//! They need a valid key but leave no receipt, are not billed and do not count against the
-//! key's rpm, tpm or budgets (docs/decisions.md, "Model lists and count_tokens").
+//! Gateway routes that are not model calls: the model list, Anthropic's token counting, and the
+//! OpenAI Responses calls on stored responses (`responses.rs`). They need a valid key but leave
+//! no receipt, are not billed and do not count against the key's rpm, tpm or budgets
+//! (docs/decisions.md, "Model lists and count_tokens", "OpenAI Responses API").
 
 use std::sync::Arc;
 
@@ -27,6 +28,14 @@ pub enum Aside {
     CountTokens,
     /// `/mcp/{server}` (POST, GET, DELETE): MCP to a tenant's tool server (`mcp.rs`).
     Mcp(String),
+    /// `GET /v1/responses/{id}`.
+    ResponseRetrieve(String),
+    /// `DELETE /v1/responses/{id}`.
+    ResponseDelete(String),
+    /// `GET /v1/responses/{id}/input_items`.
+    ResponseInputItems(String),
+    /// `POST /v1/responses/input_tokens`.
+    ResponseInputTokens,
 }
 
 impl Aside {
@@ -35,6 +44,9 @@ impl Aside {
             return Some(Aside::Mcp(name));
         }
         let path = routes::normalize(path);
+        if let Some(rest) = path.trim_end_matches('/').strip_prefix("/v1/responses/") {
+            return responses_aside(method, rest);
+        }
         match (method.as_str(), path) {
             ("GET", "/v1/models") => Some(Aside::Models),
             ("GET", p) => {
@@ -53,6 +65,10 @@ impl Aside {
             Aside::Models | Aside::Model(_) => "models",
             Aside::CountTokens => "count_tokens",
             Aside::Mcp(_) => "mcp",
+            Aside::ResponseRetrieve(_) => "responses_retrieve",
+            Aside::ResponseDelete(_) => "responses_delete",
+            Aside::ResponseInputItems(_) => "responses_input_items",
+            Aside::ResponseInputTokens => "responses_input_tokens",
         }
     }
 
@@ -61,9 +77,28 @@ impl Aside {
         match self {
             Aside::CountTokens => Flavor::Anthropic,
             Aside::Mcp(_) => Flavor::Plain,
+            Aside::ResponseRetrieve(_)
+            | Aside::ResponseDelete(_)
+            | Aside::ResponseInputItems(_)
+            | Aside::ResponseInputTokens => Flavor::OpenAi,
             _ if anthropic_shaped(headers) => Flavor::Anthropic,
             _ => Flavor::OpenAi,
         }
+    }
+}
+
+/// The calls on stored responses, by method and the path after `/v1/responses/`.
+/// `input_tokens` is a name on POST only; on GET or DELETE it is an id like any other.
+fn responses_aside(method: &http::Method, rest: &str) -> Option<Aside> {
+    let id = |s: &str| (!s.is_empty() && !s.contains('/')).then(|| s.to_string());
+    match method.as_str() {
+        "POST" => (rest == "input_tokens").then_some(Aside::ResponseInputTokens),
+        "GET" => match rest.strip_suffix("/input_items") {
+            Some(i) => id(i).map(Aside::ResponseInputItems),
+            None => id(rest).map(Aside::ResponseRetrieve),
+        },
+        "DELETE" => id(rest).map(Aside::ResponseDelete),
+        _ => None,
     }
 }
 
@@ -88,6 +123,13 @@ impl Gateway {
             Aside::Model(id) => Ok(self.model_info(session, ctx, &key, id, &headers)?),
             Aside::CountTokens => self.count_tokens(session, ctx, key).await,
             Aside::Mcp(_) => Err(ApiError::internal("unreachable: answered above")),
+            Aside::ResponseRetrieve(_)
+            | Aside::ResponseDelete(_)
+            | Aside::ResponseInputItems(_)
+            | Aside::ResponseInputTokens => {
+                // Boxed: inlined, it would grow every request's future by its own size.
+                Box::pin(self.stored_responses(session, ctx, key, aside)).await
+            }
         }
     }
 
@@ -174,6 +216,7 @@ impl Gateway {
             cx: &mut cx,
             capture_limit: None,
             read_model: false,
+            stored: None,
         };
         let relayed = Box::pin(relay::relay(session, resp, plan)).await;
         ctx.upstream = relayed.outcome;
@@ -182,7 +225,7 @@ impl Gateway {
     }
 
     /// The tenant's allowlists and policies on a request that names only a model.
-    fn admit_model(&self, ctx: &Ctx, key: &KeyEntry) -> Result<(), ApiError> {
+    pub(super) fn admit_model(&self, ctx: &Ctx, key: &KeyEntry) -> Result<(), ApiError> {
         let policy = ctx.snap.policy(key.tenant_id());
         let team_id = key.record.team_id.as_deref();
         let facts = Facts {
@@ -239,6 +282,31 @@ mod tests {
         assert_eq!(Aside::resolve(&http::Method::POST, "/v1/v1/messages/count_tokens"), Some(Aside::CountTokens));
         assert_eq!(Aside::resolve(&http::Method::POST, "/v1/models"), None);
         assert_eq!(Aside::resolve(&get, "/v1/messages/count_tokens"), None);
+    }
+
+    #[test]
+    fn stored_response_paths() {
+        use http::Method;
+        let r = |m: Method, p: &str| Aside::resolve(&m, p);
+        assert_eq!(r(Method::POST, "/v1/responses/input_tokens"), Some(Aside::ResponseInputTokens));
+        assert_eq!(r(Method::GET, "/v1/responses/resp_1"), Some(Aside::ResponseRetrieve("resp_1".into())));
+        assert_eq!(r(Method::GET, "/v1/responses/resp_1/"), Some(Aside::ResponseRetrieve("resp_1".into())));
+        assert_eq!(r(Method::DELETE, "/v1/responses/resp_1"), Some(Aside::ResponseDelete("resp_1".into())));
+        assert_eq!(
+            r(Method::GET, "/v1/v1/responses/resp_1/input_items"),
+            Some(Aside::ResponseInputItems("resp_1".into()))
+        );
+        for (m, p) in [
+            (Method::GET, "/v1/responses"),
+            (Method::POST, "/v1/responses"),
+            (Method::PUT, "/v1/responses/resp_1"),
+            (Method::POST, "/v1/responses/resp_1"),
+            (Method::GET, "/v1/responses//input_items"),
+            (Method::GET, "/v1/responses/a/b"),
+            (Method::DELETE, "/v1/responses/a/input_items"),
+        ] {
+            assert_eq!(r(m.clone(), p), None, "{m} {p}");
+        }
     }
 
     #[test]

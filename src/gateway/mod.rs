@@ -13,6 +13,7 @@ mod ending;
 mod mcp;
 mod relay;
 mod request;
+mod responses;
 mod routes;
 mod sse;
 
@@ -46,13 +47,16 @@ pub struct Gateway {
     app: Arc<App>,
     upstream: UpstreamClient,
     pipeline: Pipeline,
+    /// Which tenant created which stored OpenAI response.
+    owners: responses::Owners,
 }
 
 impl Gateway {
     pub fn new(app: Arc<App>) -> Self {
         let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config), &app.config.upstream.ca_file);
         let pipeline = Pipeline::new(crate::plugins::table(app.ledger.clone(), app.cache.clone()));
-        Gateway { app, upstream, pipeline }
+        let owners = responses::Owners::new(app.store.clone());
+        Gateway { app, upstream, pipeline, owners }
     }
 }
 
@@ -210,7 +214,7 @@ impl Gateway {
         self.forward(session, ctx, admitted, json).await
     }
 
-    /// Admit: the key, the route, the bounded body, and the parse.
+    /// Admit: the key, the route, the bounded body, the parse, and the stored responses it names.
     async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Admitted, ApiError> {
         // An unknown route answers 404 with or without a key; with a valid one it has a receipt.
         ctx.key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned();
@@ -239,6 +243,9 @@ impl Gateway {
         ctx.provider = Some(parsed.provider);
         if ctx.end_user.is_none() {
             ctx.end_user = parsed.user.clone();
+        }
+        if !parsed.refs.is_empty() {
+            Box::pin(self.owners.check(key.tenant_id(), &parsed.refs)).await?;
         }
         Ok(Admitted { route, key, parsed })
     }
@@ -345,9 +352,13 @@ impl Gateway {
             id: format!("chatcmpl-{}", ctx.receipt_id),
             created: chrono::Utc::now().timestamp(),
         });
+        // A create's answer names the stored response and its items: they become the tenant's.
+        let owners = &self.owners;
+        let claim = |id: &str| owners.claim(&key.tenant, id);
         let plan = relay::RelayPlan {
             dialect: route.dialect(),
-            wire: provider.dialect(),
+            // The Responses API is OpenAI's too, with its own answer and stream shapes.
+            wire: if route == Route::Responses { Dialect::Responses } else { provider.dialect() },
             stream: parsed.stream,
             translation,
             flavor: route.flavor(),
@@ -358,6 +369,7 @@ impl Gateway {
             cx: &mut ctx.cx,
             capture_limit,
             read_model: ctx.trace.is_some(),
+            stored: (route == Route::Responses).then_some(&claim as &(dyn Fn(&str) + Sync)),
         };
         let relayed = Box::pin(relay::relay(session, resp, plan)).await;
         if let Some(t) = ctx.trace.as_mut() {

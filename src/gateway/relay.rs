@@ -9,6 +9,7 @@ use pingora::proxy::Session;
 use serde_json::Value;
 
 use super::ending::Ending;
+use super::responses::{self, SaidText};
 use super::sse::{event_data, SseSplitter};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::guardrails::{event_text, set_event_text};
@@ -110,6 +111,9 @@ pub struct RelayPlan<'a> {
     pub capture_limit: Option<usize>,
     /// Read the answering model from the answer (for the trace; off, it costs nothing).
     pub read_model: bool,
+    /// Told the id of each stored object the answer creates (a Responses create: the response
+    /// and its output items), as soon as the answer names it.
+    pub stored: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 /// Non-streamed answers are held whole up to this size: their last byte waits for the receipt,
@@ -239,6 +243,9 @@ async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan:
     };
     out.outcome = UpstreamOutcome::Pass;
     out.usage = usage::from_json_bytes(plan.wire, &body);
+    if let Some(claim) = plan.stored {
+        responses::answer_ids(&body).iter().for_each(|id| claim(id));
+    }
     let body = match plan.translation.as_ref().map(|t| translate_body(t, &body)) {
         None => body,
         Some(Ok(translated)) => translated,
@@ -399,8 +406,12 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
     };
     let mut translating = plan.translation.as_ref().map(Translating::new);
     let mut ended = false;
-    let mut scanner =
-        plan.cx.scan_answer.then_some(EventScanner { pipeline: plan.pipeline, template: None, blocked: None });
+    let mut scanner = plan.cx.scan_answer.then(|| EventScanner {
+        pipeline: plan.pipeline,
+        template: None,
+        blocked: None,
+        said: (plan.dialect == Dialect::Responses).then(SaidText::default),
+    });
     let mut capture = plan.capture_limit.map(|_| BytesMut::new());
     let mut sse = SseSplitter::default();
     // The closing events ([DONE], message_stop) and what a check released just before them.
@@ -436,9 +447,13 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
         };
         let mut forward = BytesMut::new();
         for event in sse.push(&chunk) {
-            broke_off |= is_error_event(&event);
+            broke_off |=
+                is_error_event(&event) || (plan.dialect == Dialect::Responses && responses::is_failure(&event));
             if read_event(plan.dialect, &event, &mut out, plan.read_model) && plan.hide_usage_chunk {
                 continue;
+            }
+            if let Some(claim) = plan.stored {
+                responses::event_ids(&event).iter().for_each(|id| claim(id));
             }
             // Nothing may overtake a held closing event.
             let closing = !held.is_empty() || is_closing(plan.dialect, &event);
@@ -522,6 +537,7 @@ fn is_closing(dialect: Dialect, event: &[u8]) -> bool {
     match dialect {
         Dialect::OpenAi => trimmed == b"data: [DONE]" || trimmed == b"data:[DONE]",
         Dialect::Anthropic => trimmed.starts_with(b"event: message_stop") || trimmed.starts_with(b"event:message_stop"),
+        Dialect::Responses => responses::is_terminal(event),
         // Gemini's stream has no closing event (its end is the end of the body); Converse
         // streams are frames, not SSE.
         Dialect::Converse | Dialect::Gemini => false,
@@ -535,6 +551,9 @@ struct EventScanner<'a> {
     /// The last text event: its non-data lines and parsed data, to carry released text.
     template: Option<(String, Value)>,
     blocked: Option<ApiError>,
+    /// A Responses stream: the answer text each output part was given, so the events that
+    /// repeat it whole (`….done`, `response.completed`) say what the deltas said.
+    said: Option<SaidText>,
 }
 
 impl EventScanner<'_> {
@@ -547,7 +566,10 @@ impl EventScanner<'_> {
         };
         let Some(text) = event_text(&v).map(str::to_string) else {
             self.flush(cx, out);
-            out.extend_from_slice(event);
+            match self.said.as_ref() {
+                Some(said) if said.rewrite(&mut v) => write_event(out, &other_lines(event), &v),
+                _ => out.extend_from_slice(event),
+            }
             return;
         };
         let mut t = text.clone();
@@ -556,6 +578,9 @@ impl EventScanner<'_> {
             return;
         }
         let lines = other_lines(event);
+        if let Some(said) = self.said.as_mut() {
+            said.add(&v, &t);
+        }
         if t == text {
             out.extend_from_slice(event);
         } else {
@@ -578,6 +603,9 @@ impl EventScanner<'_> {
             return;
         }
         if let Some((lines, mut v)) = self.template.clone() {
+            if let Some(said) = self.said.as_mut() {
+                said.add(&v, &t);
+            }
             set_event_text(&mut v, t);
             write_event(out, &lines, &v);
         }
@@ -600,8 +628,13 @@ fn write_event(out: &mut BytesMut, lines: &str, data: &Value) {
 /// A refusal in the stream's own format, as its last event.
 pub fn error_event(dialect: Dialect, flavor: Flavor, e: &ApiError) -> Bytes {
     let mut out = BytesMut::new();
-    if dialect == Dialect::Anthropic {
-        out.extend_from_slice(b"event: error\n");
+    match dialect {
+        Dialect::Anthropic => out.extend_from_slice(b"event: error\n"),
+        Dialect::Responses => {
+            write_event(&mut out, "event: error\n", &responses::error_event(e.envelope(flavor)));
+            return out.freeze();
+        }
+        _ => {}
     }
     write_event(&mut out, "", &e.envelope(flavor));
     out.freeze()
@@ -620,7 +653,12 @@ fn read_event(dialect: Dialect, event: &Bytes, out: &mut Relayed, read_model: bo
     let Ok(v) = serde_json::from_str::<Value>(&data) else { return false };
     usage::fold_event(dialect, &v, &mut out.usage);
     if read_model && out.model.is_none() {
-        out.model = v.get("model").or_else(|| v.pointer("/message/model")).and_then(Value::as_str).map(str::to_string);
+        out.model = v
+            .get("model")
+            .or_else(|| v.pointer("/message/model"))
+            .or_else(|| v.pointer("/response/model"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
     }
     dialect == Dialect::OpenAi
         && v.get("usage").is_some_and(Value::is_object)

@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::responses::{self, StoredRef};
 use super::routes::Route;
 use crate::config::ProviderName;
 use crate::error::ApiError;
@@ -20,6 +21,9 @@ pub struct ParsedRequest {
     /// The body as JSON when validating it needed the whole tree (unusual bodies); otherwise
     /// it is built only if a check asks for it ([`crate::pipeline::JsonBody`]).
     pub json: Option<Value>,
+    /// Stored responses and items the request names (Responses only): they must be this
+    /// tenant's before anything reaches the provider.
+    pub refs: Vec<StoredRef>,
 }
 
 /// The JSON type of a member's value, read without building the value.
@@ -141,12 +145,15 @@ fn printable(field: &str, value: Option<&str>) -> Result<(), ApiError> {
 /// Parses and checks the body. `seen_model` learns the model as soon as it is known, so even
 /// a request refused for another field leaves a receipt that names it.
 pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
+    if route == Route::Responses {
+        return parse_responses(raw, snap, seen_model);
+    }
     if let Some((model, stream, max_tokens, user)) = parse_fields(route, &raw) {
         *seen_model = recorded(&model);
         printable("model", Some(&model))?;
         printable("user", user.as_deref())?;
         let provider = pick_provider(route, &model, snap)?;
-        return Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: None });
+        return Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: None, refs: Vec::new() });
     }
     parse_full(route, raw, snap, seen_model)
 }
@@ -193,7 +200,55 @@ fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String
     printable("user", user.as_deref())?;
     let provider = pick_provider(route, &model, snap)?;
     let max_tokens = ["max_tokens", "max_completion_tokens"].iter().find_map(|f| json.get(*f).and_then(Value::as_u64));
-    Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: Some(json) })
+    Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: Some(json), refs: Vec::new() })
+}
+
+/// The body as a JSON object, or the error that says why it is not one.
+pub fn json_object(raw: &[u8]) -> Result<Value, ApiError> {
+    let json: Value =
+        serde_json::from_slice(raw).map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
+    if !json.is_object() {
+        return Err(ApiError::invalid("request body must be a JSON object"));
+    }
+    Ok(json)
+}
+
+/// An OpenAI Responses create. The tree is always built: the stored responses and items the
+/// request names are read from it (`input` items can be many, and anywhere in the list).
+fn parse_responses(raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
+    let json = json_object(&raw)?;
+    if let Some(m) = json.get("model").and_then(Value::as_str) {
+        *seen_model = recorded(m);
+    }
+    let model = match json.get("model") {
+        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(_) => return Err(ApiError::invalid("field `model` must be a non-empty string")),
+        None => return Err(ApiError::invalid("field `model` is required")),
+    };
+    field_type(&json, "stream", |v| v.is_boolean() || v.is_null(), "a boolean")?;
+    field_type(&json, "input", |v| v.is_string() || v.is_array() || v.is_null(), "a string or an array")?;
+    field_type(&json, "max_output_tokens", |v| v.is_u64() || v.is_null(), "a non-negative integer")?;
+    printable("model", Some(&model))?;
+    let user = json.get("user").and_then(Value::as_str).map(str::to_string);
+    printable("user", user.as_deref())?;
+    if json.get("background").and_then(Value::as_bool) == Some(true) {
+        // Its usage is known only after the create has answered, when nothing bills it.
+        return Err(ApiError::invalid(
+            "field `background` is not supported through the gateway: a background response's usage \
+             arrives after the create answers, so it could not be checked against limits or billed",
+        ));
+    }
+    let refs = responses::references(&json)?;
+    let provider = pick_provider(Route::Responses, &model, snap)?;
+    Ok(ParsedRequest {
+        stream: json.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        provider,
+        raw,
+        max_tokens: json.get("max_output_tokens").and_then(Value::as_u64),
+        user,
+        json: Some(json),
+        refs,
+    })
 }
 
 /// A native Bedrock or Vertex request: the model is the one its path names, the body must be
@@ -222,7 +277,15 @@ pub fn parse_native(
     }
     let max_tokens = json.pointer(cap).and_then(Value::as_u64);
     let provider = route.native_provider().unwrap_or(ProviderName::OpenAi);
-    Ok(ParsedRequest { stream: route.streams(), provider, raw, max_tokens, user: None, json: Some(json) })
+    Ok(ParsedRequest {
+        stream: route.streams(),
+        provider,
+        raw,
+        max_tokens,
+        user: None,
+        json: Some(json),
+        refs: Vec::new(),
+    })
 }
 
 /// The model id the provider serves: the routing prefix (`bedrock/`, `vertex/`) removed.
@@ -239,6 +302,8 @@ fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderN
             Err(ApiError::invalid(format!("model `{model}` is served by {p}; call it through /v1/chat/completions")))
         }
         (Route::Embeddings, Some(ProviderName::OpenAi)) => Ok(ProviderName::OpenAi),
+        // The Responses API is OpenAI's own, as Messages is Anthropic's.
+        (Route::Responses, None | Some(ProviderName::OpenAi)) => Ok(ProviderName::OpenAi),
         // Every provider serves chat: the others through translation.
         (Route::ChatCompletions, Some(p)) => Ok(p),
         (_, Some(p)) => Err(ApiError::invalid(format!(
@@ -287,6 +352,26 @@ mod tests {
         }
         assert!(err(Route::Embeddings, r#"{"model":"text-embedding-3-small"}"#).contains("`input`"));
         assert!(err(Route::Messages, r#"{"model":"gpt-4o","messages":[]}"#).contains("openai"));
+        assert!(err(Route::Responses, r#"{"input":"hi"}"#).contains("`model`"));
+        assert!(err(Route::Responses, r#"{"model":"gpt-4o","input":5}"#).contains("`input`"));
+        assert!(err(Route::Responses, r#"{"model":"gpt-4o","max_output_tokens":-1}"#).contains("`max_output_tokens`"));
+        assert!(err(Route::Responses, r#"{"model":"claude-3-5-haiku","input":"hi"}"#).contains("does not serve"));
+        assert!(
+            err(Route::Responses, r#"{"model":"gpt-4o","previous_response_id":7}"#).contains("`previous_response_id`")
+        );
+        assert!(err(Route::Responses, r#"{"model":"gpt-4o","background":true}"#).contains("`background`"));
+    }
+
+    #[test]
+    fn responses_requests() {
+        let s = snap();
+        let body = r#"{"model":"gpt-4o-mini","input":[{"type":"item_reference","id":"msg_1"}],"stream":true,
+            "max_output_tokens":64,"previous_response_id":"resp_1"}"#;
+        let p = parse(Route::Responses, Bytes::from(body), &s, &mut String::new()).unwrap();
+        assert_eq!((p.stream, p.provider, p.max_tokens), (true, ProviderName::OpenAi, Some(64)));
+        let ids: Vec<(&str, bool)> = p.refs.iter().map(|r| (r.id.as_str(), r.strict)).collect();
+        assert_eq!(ids, [("resp_1", true), ("msg_1", true)]);
+        assert!(p.json.is_some(), "the tree is built once, for the checks too");
     }
 
     /// The fast path must agree with the full parse on every body it accepts, and give up

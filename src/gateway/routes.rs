@@ -17,6 +17,9 @@ pub enum Route {
     Generate,
     /// The same path with `:streamGenerateContent`.
     GenerateStream,
+    /// `POST /v1/responses`: OpenAI Responses, a model call (the calls on stored responses are
+    /// asides: `aside.rs`).
+    Responses,
 }
 
 impl Route {
@@ -28,6 +31,7 @@ impl Route {
             "/v1/chat/completions" => Some(Route::ChatCompletions),
             "/v1/embeddings" => Some(Route::Embeddings),
             "/v1/messages" => Some(Route::Messages),
+            "/v1/responses" => Some(Route::Responses),
             p if p.starts_with("/bedrock/") => bedrock_path(p).map(|(_, route)| route),
             p if p.starts_with("/vertex/") => vertex_path(p).map(|(_, route)| route),
             _ => None,
@@ -49,6 +53,7 @@ impl Route {
             Route::Messages => Some(ProviderName::Anthropic),
             Route::Converse | Route::ConverseStream => Some(ProviderName::Bedrock),
             Route::Generate | Route::GenerateStream => Some(ProviderName::Vertex),
+            Route::Responses => Some(ProviderName::OpenAi),
             Route::ChatCompletions | Route::Embeddings => None,
         }
     }
@@ -68,6 +73,7 @@ impl Route {
             Route::ConverseStream => "/bedrock/converse-stream",
             Route::Generate => "/vertex/generateContent",
             Route::GenerateStream => "/vertex/streamGenerateContent",
+            Route::Responses => "/v1/responses",
         }
     }
 
@@ -78,6 +84,7 @@ impl Route {
             Route::Converse | Route::ConverseStream => Dialect::Converse,
             Route::Generate | Route::GenerateStream => Dialect::Gemini,
             Route::ChatCompletions | Route::Embeddings => Dialect::OpenAi,
+            Route::Responses => Dialect::Responses,
         }
     }
 
@@ -86,7 +93,7 @@ impl Route {
             Route::Messages => Flavor::Anthropic,
             Route::Converse | Route::ConverseStream => Flavor::Bedrock,
             Route::Generate | Route::GenerateStream => Flavor::Google,
-            Route::ChatCompletions | Route::Embeddings => Flavor::OpenAi,
+            Route::ChatCompletions | Route::Embeddings | Route::Responses => Flavor::OpenAi,
         }
     }
 
@@ -108,6 +115,7 @@ impl Route {
             Route::ConverseStream => "bedrock_converse_stream",
             Route::Generate => "vertex_generate_content",
             Route::GenerateStream => "vertex_stream_generate_content",
+            Route::Responses => "responses",
         }
     }
 }
@@ -193,6 +201,8 @@ mod tests {
         assert_eq!(Route::resolve(&post, "/vertex/projects/p1/models/m:generateContent"), None);
         assert_eq!(Route::resolve(&http::Method::GET, v), None);
         assert_eq!(Route::resolve(&post, "/v1/v1/messages"), Some(Route::Messages));
+        assert_eq!(Route::resolve(&post, "/v1/responses/"), Some(Route::Responses));
+        assert_eq!(Route::resolve(&http::Method::GET, "/v1/responses"), None);
         assert_eq!(normalize("/v1/v1/messages/count_tokens?beta=true"), "/v1/messages/count_tokens?beta=true");
     }
 }

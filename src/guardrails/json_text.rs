@@ -189,8 +189,12 @@ fn apply_str(g: &Guardrails, s: &mut String, out: &mut JsonOutcome) {
 /// `choices[0].text`), Anthropic `content_block_delta` → `delta.text`, Gemini
 /// `candidates[0].content.parts[i].text` (see [`gemini_text_part`]), Bedrock ConverseStream
 /// `contentBlockDelta.delta.text` (the event named by its type, as the AWS SDKs give it, or the
-/// bare frame payload `{contentBlockIndex, delta}`).
+/// bare frame payload `{contentBlockIndex, delta}`), OpenAI Responses
+/// `response.output_text.delta` → `delta`.
 pub fn event_text(v: &Value) -> Option<&str> {
+    if is_responses_text_delta(v) {
+        return v.get("delta")?.as_str();
+    }
     if let Some(choice) = v.get("choices").and_then(|c| c.get(0)) {
         return match choice.get("delta") {
             Some(d) => d.get("content").and_then(Value::as_str),
@@ -218,8 +222,16 @@ pub fn set_event_text(v: &mut Value, text: String) -> bool {
     }
 }
 
+/// An OpenAI Responses stream's answer text delta.
+fn is_responses_text_delta(v: &Value) -> bool {
+    v.get("type").and_then(Value::as_str) == Some("response.output_text.delta")
+}
+
 /// The value [`event_text`] reads, for writing.
 fn text_slot(v: &mut Value) -> Option<&mut Value> {
+    if is_responses_text_delta(v) {
+        return v.get_mut("delta");
+    }
     if v.get("choices").is_some() {
         let choice = v.get_mut("choices")?.get_mut(0)?;
         return if choice.get("delta").is_some() {

@@ -442,6 +442,16 @@ fn sse_event_text_both_dialects() {
     assert!(!set_event_text(&mut stop, "x".into()));
     let json_delta = json!({"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": "{"}});
     assert_eq!(event_text(&json_delta), None);
+
+    let mut responses = json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
+        "content_index": 0, "delta": "hi", "sequence_number": 4});
+    assert_eq!(event_text(&responses), Some("hi"));
+    assert!(set_event_text(&mut responses, "HI".into()));
+    assert_eq!(responses["delta"], "HI");
+    let args = json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "{\"a\""});
+    assert_eq!(event_text(&args), None, "tool arguments are structured data, not answer text");
+    let done = json!({"type": "response.output_text.done", "text": "hi"});
+    assert_eq!(event_text(&done), None);
 }
 
 #[test]

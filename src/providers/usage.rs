@@ -38,6 +38,9 @@ impl Usage {
 pub enum Dialect {
     /// OpenAI chat completions / embeddings.
     OpenAi,
+    /// OpenAI Responses (`/v1/responses`): `usage.{input,output}_tokens`; streams are typed
+    /// events (`response.output_text.delta`, ...) ending with `response.completed`.
+    Responses,
     /// Anthropic Messages.
     Anthropic,
     /// AWS Bedrock Converse (JSON answers; streams in AWS event-stream frames).
@@ -136,7 +139,7 @@ impl Raw {
     fn usage(&self, dialect: Dialect) -> Usage {
         let z = |n: Option<u64>| n.unwrap_or(0);
         match dialect {
-            Dialect::OpenAi => Usage {
+            Dialect::OpenAi | Dialect::Responses => Usage {
                 prompt_tokens: z(self.prompt_tokens.or(self.input_tokens)),
                 completion_tokens: z(self.completion_tokens.or(self.output_tokens)),
                 cache_read_tokens: z(self.prompt_cached.or(self.input_cached)),
@@ -300,6 +303,13 @@ pub fn fold_event(dialect: Dialect, data: &Value, acc: &mut Option<Usage>) {
             };
             if let Some(u) = u {
                 *cur = anthropic_update(*cur, &Raw::of(u));
+            }
+        }
+        // The terminal events (`response.completed`, `.incomplete`, `.failed`) carry the whole
+        // response, its usage included; the earlier ones carry `usage: null`.
+        Dialect::Responses => {
+            if let Some(u) = data.pointer("/response/usage").filter(|u| u.is_object()) {
+                *acc = from_usage(Dialect::Responses, u);
             }
         }
         // ConverseStream's `metadata` event carries the whole usage; Gemini repeats its
@@ -532,6 +542,20 @@ mod tests {
         let g = json!({"usageMetadata": {"promptTokenCount": 5000, "cachedContentTokenCount": 4096,
             "candidatesTokenCount": 40, "thoughtsTokenCount": 60, "totalTokenCount": 5100}});
         assert_eq!(from_body(Dialect::Gemini, &g), Some(Usage { reasoning_tokens: 60, ..cached(5000, 100, 4096, 0) }));
+    }
+
+    #[test]
+    fn responses_body_and_stream() {
+        let body = json!({"id": "resp_1", "object": "response", "output": [],
+            "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 5,
+                      "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 17}});
+        let want = Usage { cache_read_tokens: 4, reasoning_tokens: 2, ..Usage::plain(12, 5) };
+        assert_eq!(from_body(Dialect::Responses, &body), Some(want));
+        let mut acc = None;
+        fold_event(Dialect::Responses, &json!({"type": "response.created", "response": {"usage": null}}), &mut acc);
+        assert_eq!(acc, None);
+        fold_event(Dialect::Responses, &json!({"type": "response.completed", "response": body}), &mut acc);
+        assert_eq!(acc, Some(want));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod policies;
 pub mod prompts;
 pub mod providers;
 pub mod receipts;
+pub mod responses;
 pub mod rows;
 pub mod spans;
 pub mod spend;

@@ -1,5 +1,6 @@
 """A stand-in for the OpenAI, Anthropic, Bedrock and Vertex APIs (and Google's token endpoint)
-on a real local socket. The cloud APIs are in standin_cloud.py.
+on a real local socket. The cloud APIs are in standin_cloud.py, OpenAI's Responses API in
+standin_responses.py.
 
 It records every request as the gateway sent it, so tests can check what left the gateway
 (which key, which body), and it answers in the providers' own wire formats, so the official
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+import standin_responses
 from standin_cloud import CloudRoutes
 
 TEXT = "Hello from stand-in"
@@ -133,6 +135,8 @@ class _Handler(CloudRoutes, BaseHTTPRequestHandler):
 
     def do_GET(self):
         self._record(b"")
+        if standin_responses.stored_call(self, "GET", urlsplit(self.path).path):
+            return
         if urlsplit(self.path).path == "/v1/models":
             # One list that satisfies both vendors' model-list shapes, for either provider test.
             now = int(time.time())
@@ -146,6 +150,11 @@ class _Handler(CloudRoutes, BaseHTTPRequestHandler):
         else:
             self._not_found()
 
+    def do_DELETE(self):
+        self._record(self._read_body())
+        if not standin_responses.stored_call(self, "DELETE", urlsplit(self.path).path):
+            self._not_found()
+
     def do_POST(self):
         body = self._read_body()
         self._record(body)
@@ -155,6 +164,8 @@ class _Handler(CloudRoutes, BaseHTTPRequestHandler):
             req = json.loads(body or b"{}")
         except ValueError:
             return self._json(400, {"error": {"type": "invalid_request_error", "message": "stand-in: bad JSON"}})
+        if standin_responses.post(self, urlsplit(self.path).path, req):
+            return
         route = {
             "/v1/chat/completions": self._chat,
             "/v1/embeddings": self._embeddings,

@@ -8,6 +8,7 @@ pub mod otlp;
 pub mod standin;
 pub mod standin_cloud;
 pub mod standin_mcp;
+pub mod standin_responses;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;

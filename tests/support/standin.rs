@@ -15,7 +15,8 @@
 //!   (writes are not an OpenAI count), and 3 of the 7 completion tokens as `reasoning_tokens`.
 //!   Anthropic: `input_tokens` 13 plus `cache_read_input_tokens` read and
 //!   `cache_creation_input_tokens` write, in the JSON answer, in `message_start` and again
-//!   (cumulative, as the API now sends them) in `message_delta`.
+//!   (cumulative, as the API now sends them) in `message_delta`;
+//! - `/v1/responses` and its stored-response calls: [`super::standin_responses`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -145,6 +146,11 @@ async fn serve_conn(
         log.lock().unwrap().push(req.clone());
         let refuse = refuse_tokens.load(std::sync::atomic::Ordering::SeqCst);
         match super::standin_cloud::serve(&mut sock, &req, refuse).await? {
+            Some(true) => return Ok(()),
+            Some(false) => continue,
+            None => {}
+        }
+        match super::standin_responses::serve(&mut sock, &req, &gate, &gated).await? {
             Some(true) => return Ok(()),
             Some(false) => continue,
             None => {}
@@ -377,7 +383,7 @@ pub async fn write_json(sock: &mut TcpStream, status: u16, body: &Value) -> std:
     sock.write_all(&b).await
 }
 
-async fn write_sse(
+pub async fn write_sse(
     sock: &mut TcpStream,
     events: &[String],
     gate: &Semaphore,
