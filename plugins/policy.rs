@@ -15,6 +15,7 @@ pub fn facts(ex: &Exchange) -> Facts<'_> {
         model: &ex.model,
         provider: &ex.provider,
         tool: ex.tool.as_deref(),
+        betas: &ex.betas,
         key_class: &ex.key.record.key_class,
         role: &ex.key.record.role,
         team_id,

@@ -193,6 +193,35 @@ fn count_tokens_passes_to_anthropic_unbilled_with_its_own_rate() {
         let r = http::request(g.gw, "POST", "/v1/messages/count_tokens", &[], body.as_bytes());
         assert_eq!(r.status, 401);
         assert_eq!(up.count(), 4, "only the chat went on");
+
+        // A policy may restrict the beta features keys ask Anthropic for.
+        let policy = "allowlist:\n  betas: [\"token-counting-*\", \"prompt-caching-*\"]\n";
+        let r = g.mgmt("POST", "/v1/policies", Some(&g.key), Some(&json!({"name": "betas", "yaml": policy})));
+        assert_eq!(r.status, 201, "{}", r.text());
+        let allowed = [
+            ("x-api-key", other.as_str()),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "token-counting-2024-11-01"),
+        ];
+        let r = http::request(g.gw, "POST", "/v1/messages/count_tokens", &allowed, body.as_bytes());
+        assert_eq!(r.status, 200, "{}", r.text());
+        let refused = [
+            ("x-api-key", other.as_str()),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "prompt-caching-2024-07-31, computer-use-2025-01-24"),
+        ];
+        let r = http::request(g.gw, "POST", "/v1/messages/count_tokens", &refused, body.as_bytes());
+        assert_eq!(r.status, 403, "{}", r.text());
+        let r = http::request(g.gw, "POST", "/v1/messages", &refused, chat.to_string().as_bytes());
+        assert_eq!(r.status, 403, "{}", r.text());
+        assert_eq!(r.json()["error"]["type"], "policy_denied");
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("computer-use-2025-01-24"), "{}", r.text());
+        let rec = g.receipt_of(&r);
+        assert!(
+            rec["checks"].as_array().unwrap().iter().any(|c| c["name"] == "ALLOWLIST" && c["result"] == "BLOCK"),
+            "{rec}"
+        );
+        assert_eq!(up.count(), 5, "refused betas never reach Anthropic");
     }
 }
 

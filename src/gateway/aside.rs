@@ -191,7 +191,7 @@ impl Gateway {
         let model = count_tokens_model(&raw)?;
         ctx.model = model;
         ctx.provider = Some(ProviderName::Anthropic);
-        self.admit_model(ctx, &key)?;
+        self.admit_model(ctx, &key, &super::anthropic_betas(&session.req_header().headers))?;
         let cred = self.credential(ctx, &key, ProviderName::Anthropic)?;
         let path = routes::normalize(session.req_header().uri.path_and_query().map_or("", |p| p.as_str())).to_string();
         let client_header = |name: &str| -> Option<String> {
@@ -225,7 +225,7 @@ impl Gateway {
     }
 
     /// The tenant's allowlists and policies on a request that names only a model.
-    pub(super) fn admit_model(&self, ctx: &Ctx, key: &KeyEntry) -> Result<(), ApiError> {
+    pub(super) fn admit_model(&self, ctx: &Ctx, key: &KeyEntry, betas: &[String]) -> Result<(), ApiError> {
         let policy = ctx.snap.policy(key.tenant_id());
         let team_id = key.record.team_id.as_deref();
         let facts = Facts {
@@ -233,6 +233,7 @@ impl Gateway {
             model: &ctx.model,
             provider: ctx.provider.map_or("", ProviderName::as_str),
             tool: None,
+            betas,
             key_class: &key.record.key_class,
             role: &key.record.role,
             team_id,

@@ -41,6 +41,7 @@ pub fn models(snap: &Snapshot, key: &KeyEntry, now: chrono::DateTime<chrono::Utc
                 model: &id,
                 provider: p.as_str(),
                 tool: None,
+                betas: &[],
                 key_class: &key.record.key_class,
                 role: &key.record.role,
                 team_id,

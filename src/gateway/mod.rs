@@ -182,6 +182,19 @@ fn presented_key(session: &Session) -> Option<&str> {
     h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
+/// The Anthropic beta features a request asks for: every `anthropic-beta` header, comma-separated.
+fn anthropic_betas(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// What the request stage learnt: the parsed request and the body the upstream gets.
 struct Admitted {
     route: Route,
@@ -268,6 +281,7 @@ impl Gateway {
             provider: parsed.provider.as_str().into(),
             model: ctx.model.clone(),
             tool: None,
+            betas: anthropic_betas(headers),
             stream: parsed.stream,
             max_tokens: parsed.max_tokens,
             prompt_tokens_est: pipeline::estimate_prompt_tokens(parsed.raw.len()),

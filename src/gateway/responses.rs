@@ -381,7 +381,7 @@ impl Gateway {
                 // The model, when named, is one this key may call.
                 if let Some(m) = json.get("model").and_then(Value::as_str) {
                     ctx.model = m.chars().take(256).collect();
-                    self.admit_model(ctx, &key)?;
+                    self.admit_model(ctx, &key, &[])?;
                 }
                 self.owners.check(tenant, &references(&json)?).await?;
                 let body = match guardrail::scan_side_request(&ctx.snap, tenant, &mut json)? {

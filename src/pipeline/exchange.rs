@@ -25,6 +25,8 @@ pub struct Exchange {
     pub model: String,
     /// The tool name of a tool call.
     pub tool: Option<String>,
+    /// The `anthropic-beta` features the client asks for (passed to Anthropic as sent).
+    pub betas: Vec<String>,
     pub stream: bool,
     /// `max_tokens` / `max_completion_tokens` of the request.
     pub max_tokens: Option<u64>,
@@ -86,6 +88,7 @@ impl Exchange {
             provider: "openai".into(),
             model,
             tool: None,
+            betas: Vec::new(),
             stream,
             max_tokens,
             prompt_tokens_est: estimate_prompt_tokens(body.to_string().len()),

@@ -12,13 +12,17 @@ pub struct Allowlist {
     models: Vec<Vec<Glob>>,
     providers: Vec<Vec<Glob>>,
     tools: Vec<Vec<Glob>>,
+    betas: Vec<Vec<Glob>>,
 }
 
 impl Allowlist {
     pub fn add(&mut self, doc: &AllowlistDoc) {
-        for (slot, list) in
-            [(&mut self.models, &doc.models), (&mut self.providers, &doc.providers), (&mut self.tools, &doc.tools)]
-        {
+        for (slot, list) in [
+            (&mut self.models, &doc.models),
+            (&mut self.providers, &doc.providers),
+            (&mut self.tools, &doc.tools),
+            (&mut self.betas, &doc.betas),
+        ] {
             if let Some(l) = list {
                 slot.push(l.clone());
             }
@@ -26,7 +30,7 @@ impl Allowlist {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.models.is_empty() && self.providers.is_empty() && self.tools.is_empty()
+        self.models.is_empty() && self.providers.is_empty() && self.tools.is_empty() && self.betas.is_empty()
     }
 
     /// Why the request is outside the allowlist, or None when it passes. Model calls are held
@@ -41,6 +45,10 @@ impl Allowlist {
                 }
                 if !passes(&self.providers, f.provider) {
                     return refused("provider", f.provider);
+                }
+                // Every beta the request asks for must be allowed (none asked: nothing to refuse).
+                if let Some(b) = f.betas.iter().find(|b| !passes(&self.betas, b)) {
+                    return refused("anthropic-beta", b);
                 }
                 None
             }

@@ -24,6 +24,8 @@ pub struct Facts<'a> {
     pub provider: &'a str,
     /// Tool calls only.
     pub tool: Option<&'a str>,
+    /// The Anthropic beta features the request asks for (`anthropic-beta`), each trimmed.
+    pub betas: &'a [String],
     pub key_class: &'a str,
     pub role: &'a str,
     pub team_id: Option<&'a str>,
@@ -246,6 +248,7 @@ mod tests {
             model: "gpt-4o",
             provider: "openai",
             tool: None,
+            betas: &[],
             key_class: "interactive",
             role: "developer",
             team_id: Some("team-1"),
@@ -442,5 +445,38 @@ mod tests {
         let only_all = build_all(&tenants[1..], &HashMap::new(), &[all]);
         assert!(Arc::ptr_eq(&only_all["t2"], &only_all["t3"]), "same sources share one merged policy");
         assert!(build_all(&tenants, &HashMap::new(), &[]).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod beta_tests {
+    use super::*;
+    use crate::policy::validate;
+
+    #[test]
+    fn an_allowlist_of_betas_refuses_any_other_beta_and_nothing_else() {
+        let yaml = "allowlist:\n  betas: [\"token-counting-*\"]\n";
+        let doc = validate::parse_api(yaml).unwrap();
+        let p = TenantPolicy::merge(vec![Arc::new(CompiledPolicy::compile("t", yaml, doc).unwrap())]);
+        let f = |betas: &'static [String]| Facts {
+            kind: crate::receipts::Kind::ModelCall,
+            model: "claude-haiku-4-5",
+            provider: "anthropic",
+            tool: None,
+            betas,
+            key_class: "interactive",
+            role: "developer",
+            team_id: None,
+            team_name: None,
+            max_tokens: None,
+            prompt_tokens: 0,
+            now: chrono::Utc::now(),
+        };
+        assert_eq!(p.allowlist_violation(&f(&[])), None, "no beta asked: no refusal, any model");
+        let ok: &'static [String] = Box::leak(Box::new(["token-counting-2024-11-01".to_string()]));
+        assert_eq!(p.allowlist_violation(&f(ok)), None);
+        let bad: &'static [String] =
+            Box::leak(Box::new(["token-counting-2024-11-01".to_string(), "computer-use-2025-01-24".to_string()]));
+        assert!(p.allowlist_violation(&f(bad)).unwrap().contains("computer-use-2025-01-24"));
     }
 }

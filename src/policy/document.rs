@@ -241,6 +241,8 @@ pub struct AllowlistDoc {
     pub models: Option<Vec<Glob>>,
     pub providers: Option<Vec<Glob>>,
     pub tools: Option<Vec<Glob>>,
+    /// Anthropic beta features (`anthropic-beta` header values) a request may ask for.
+    pub betas: Option<Vec<Glob>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
