@@ -387,8 +387,9 @@ async fn relay_passthrough(
 }
 
 /// A streamed answer (SSE): events go out as they arrive, scanned when a check asked to; the
-/// stream's closing event is held back as the ending.
-async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
+/// stream's closing event is held back as the ending. Stages: open (the header), then per chunk
+/// read → sort its events → write, then close (the held tail) and keep (the cache copy).
+async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, mut plan: RelayPlan<'_>) -> Relayed {
     let status = resp.header().status.as_u16();
     let stream = Some((plan.dialect, plan.flavor));
     let mut out = Relayed::unfinished(status);
@@ -404,39 +405,11 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
         Some(_) => "text/event-stream".to_string(),
         None => content_type(&resp),
     };
-    let mut translating = plan.translation.as_ref().map(Translating::new);
-    let mut ended = false;
-    let mut scanner = plan.cx.scan_answer.then(|| EventScanner {
-        pipeline: plan.pipeline,
-        template: None,
-        blocked: None,
-        said: (plan.dialect == Dialect::Responses).then(SaidText::default),
-    });
-    let mut capture = plan.capture_limit.map(|_| BytesMut::new());
-    let mut sse = SseSplitter::default();
-    // The closing events ([DONE], message_stop) and what a check released just before them.
-    let mut held = BytesMut::new();
-    // The provider failed after the stream began (an error event, or a Bedrock exception frame
-    // translated into one): like an error status that is `upstreamStatus: error` (API.md), and
-    // the cache must not keep the answer, or asking again would replay the failure.
-    let mut broke_off = false;
+    let mut st = EventStream::new(&plan);
     loop {
-        if ended {
-            break;
-        }
-        let chunk = match resp.next_chunk().await {
-            Ok(Some(c)) => match translating.as_mut() {
-                Some(t) => t.push(&c),
-                None => c,
-            },
-            Ok(None) => {
-                // A translated stream's last chunks (usage, `[DONE]`) come once the upstream ends.
-                ended = true;
-                match translating.as_mut() {
-                    Some(t) => t.finish(),
-                    None => break,
-                }
-            }
+        let chunk = match st.read(&mut resp).await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
             Err(e) => {
                 out.outcome = UpstreamOutcome::from_error(&e);
                 log::warn!("upstream broke off mid-stream: {e}");
@@ -445,80 +418,155 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, pla
                 return out;
             }
         };
+        let (forward, blocked) = st.sort(&chunk, &mut plan, &mut out);
+        if !forward.is_empty() {
+            let forward = forward.freeze();
+            if let Some(c) = st.capture.as_mut() {
+                c.extend_from_slice(&forward);
+            }
+            if session.write_response_body(Some(forward), false).await.is_err() {
+                out.ending = Ending::Gone;
+                return out;
+            }
+        }
+        if let Some(e) = blocked {
+            // Headers are out: the refusal travels as the stream's last event.
+            out.outcome = UpstreamOutcome::Pass;
+            out.usage = out.usage.or(Some(Usage::default()));
+            out.ending = Ending::Tail { bytes: Some(error_event(plan.dialect, plan.flavor, &e)), stream };
+            return out;
+        }
+    }
+    let tail = match st.close(&mut plan, &mut out) {
+        Ok(tail) => tail,
+        Err(e) => {
+            out.outcome = UpstreamOutcome::Pass;
+            out.ending = Ending::Tail { bytes: Some(error_event(plan.dialect, plan.flavor, &e)), stream };
+            return out;
+        }
+    };
+    out.captured = st.keep(&plan, &tail, status, content_type);
+    out.outcome = if st.broke_off { UpstreamOutcome::Fail } else { UpstreamOutcome::Pass };
+    resp.release().await;
+    out.ending = Ending::Tail { bytes: (!tail.is_empty()).then_some(tail), stream };
+    out
+}
+
+/// What [`relay_events`] keeps between chunks.
+struct EventStream<'a> {
+    translating: Option<Translating>,
+    /// The upstream has ended (a translated stream still has its last chunks to give).
+    ended: bool,
+    scanner: Option<EventScanner<'a>>,
+    capture: Option<BytesMut>,
+    sse: SseSplitter,
+    /// The closing events ([DONE], message_stop) and what a check released just before them.
+    held: BytesMut,
+    /// The provider failed after the stream began (an error event, or a Bedrock exception frame
+    /// translated into one): like an error status that is `upstreamStatus: error` (API.md), and
+    /// the cache must not keep the answer, or asking again would replay the failure.
+    broke_off: bool,
+}
+
+impl<'a> EventStream<'a> {
+    fn new(plan: &RelayPlan<'a>) -> Self {
+        EventStream {
+            translating: plan.translation.as_ref().map(Translating::new),
+            ended: false,
+            scanner: plan.cx.scan_answer.then(|| EventScanner {
+                pipeline: plan.pipeline,
+                template: None,
+                blocked: None,
+                said: (plan.dialect == Dialect::Responses).then(SaidText::default),
+            }),
+            capture: plan.capture_limit.map(|_| BytesMut::new()),
+            sse: SseSplitter::default(),
+            held: BytesMut::new(),
+            broke_off: false,
+        }
+    }
+
+    /// Read: the next chunk in the client's framing; None at the end.
+    async fn read(&mut self, resp: &mut UpstreamResponse<'_>) -> Result<Option<Bytes>, UpstreamError> {
+        if self.ended {
+            return Ok(None);
+        }
+        Ok(match resp.next_chunk().await? {
+            Some(c) => Some(match self.translating.as_mut() {
+                Some(t) => t.push(&c),
+                None => c,
+            }),
+            None => {
+                // A translated stream's last chunks (usage, `[DONE]`) come once the upstream ends.
+                self.ended = true;
+                self.translating.as_mut().map(Translating::finish)
+            }
+        })
+    }
+
+    /// Sort: each whole event of `chunk` is read for usage and failure, scanned, and put out or
+    /// held back. Returns what may go out now, and a check's refusal (then nothing more).
+    fn sort(&mut self, chunk: &Bytes, plan: &mut RelayPlan<'_>, out: &mut Relayed) -> (BytesMut, Option<ApiError>) {
         let mut forward = BytesMut::new();
-        for event in sse.push(&chunk) {
-            broke_off |=
+        for event in self.sse.push(chunk) {
+            self.broke_off |=
                 is_error_event(&event) || (plan.dialect == Dialect::Responses && responses::is_failure(&event));
-            if read_event(plan.dialect, &event, &mut out, plan.read_model) && plan.hide_usage_chunk {
+            if read_event(plan.dialect, &event, out, plan.read_model) && plan.hide_usage_chunk {
                 continue;
             }
             if let Some(claim) = plan.stored {
                 responses::event_ids(&event).iter().for_each(|id| claim(id));
             }
             // Nothing may overtake a held closing event.
-            let closing = !held.is_empty() || is_closing(plan.dialect, &event);
-            let target = if closing { &mut held } else { &mut forward };
-            match scanner.as_mut() {
+            let closing = !self.held.is_empty() || is_closing(plan.dialect, &event);
+            let target = if closing { &mut self.held } else { &mut forward };
+            match self.scanner.as_mut() {
                 Some(s) => {
                     s.event(&event, plan.cx, target);
                     if let Some(e) = s.blocked.take() {
-                        // Headers are out: the refusal travels as the stream's last event.
-                        if !forward.is_empty()
-                            && session.write_response_body(Some(forward.freeze()), false).await.is_err()
-                        {
-                            out.ending = Ending::Gone;
-                            return out;
-                        }
-                        out.outcome = UpstreamOutcome::Pass;
-                        out.usage = out.usage.or(Some(Usage::default()));
-                        out.ending = Ending::Tail { bytes: Some(error_event(plan.dialect, plan.flavor, &e)), stream };
-                        return out;
+                        return (forward, Some(e));
                     }
                 }
                 None => target.extend_from_slice(&event),
             }
         }
-        if forward.is_empty() {
-            continue;
-        }
-        let forward = forward.freeze();
-        if let Some(c) = capture.as_mut() {
-            c.extend_from_slice(&forward);
-        }
-        if session.write_response_body(Some(forward), false).await.is_err() {
-            out.ending = Ending::Gone;
-            return out;
-        }
+        (forward, None)
     }
-    let mut tail = BytesMut::new();
-    if let Some(s) = scanner.as_mut() {
-        if let Some(rest) = sse.finish() {
-            read_event(plan.dialect, &rest, &mut out, plan.read_model);
-            s.event(&rest, plan.cx, &mut held);
+
+    /// Close: the stream's last event (unterminated), what the scanner still holds, and the held
+    /// closing events, as the ending's bytes; or the scanner's refusal.
+    fn close(&mut self, plan: &mut RelayPlan<'_>, out: &mut Relayed) -> Result<Bytes, ApiError> {
+        let mut tail = BytesMut::new();
+        if let Some(s) = self.scanner.as_mut() {
+            if let Some(rest) = self.sse.finish() {
+                read_event(plan.dialect, &rest, out, plan.read_model);
+                s.event(&rest, plan.cx, &mut self.held);
+            }
+            s.flush(plan.cx, &mut tail);
+            if let Some(e) = s.blocked.take() {
+                return Err(e);
+            }
+        } else if let Some(rest) = self.sse.finish() {
+            read_event(plan.dialect, &rest, out, plan.read_model);
+            self.held.extend_from_slice(&rest);
         }
-        s.flush(plan.cx, &mut tail);
-        if let Some(e) = s.blocked.take() {
-            out.outcome = UpstreamOutcome::Pass;
-            out.ending = Ending::Tail { bytes: Some(error_event(plan.dialect, plan.flavor, &e)), stream };
-            return out;
-        }
-    } else if let Some(rest) = sse.finish() {
-        read_event(plan.dialect, &rest, &mut out, plan.read_model);
-        held.extend_from_slice(&rest);
+        tail.extend_from_slice(&self.held);
+        Ok(tail.freeze())
     }
-    tail.extend_from_slice(&held);
-    let tail = tail.freeze();
-    if let Some(mut c) = capture.filter(|_| plan.capture_limit.is_some() && !broke_off) {
-        c.extend_from_slice(&tail);
-        if plan.capture_limit.is_some_and(|l| c.len() <= l) {
-            out.captured =
-                Some(Cached { status, content_type, body: c.freeze(), usage: Usage::default(), cost_usd: 0.0 });
-        }
+
+    /// Keep: the whole answer for the cache, when asked for, complete, unbroken and small enough.
+    fn keep(&mut self, plan: &RelayPlan<'_>, tail: &Bytes, status: u16, content_type: String) -> Option<Cached> {
+        let limit = plan.capture_limit?;
+        let mut c = self.capture.take().filter(|_| !self.broke_off)?;
+        c.extend_from_slice(tail);
+        (c.len() <= limit).then(|| Cached {
+            status,
+            content_type,
+            body: c.freeze(),
+            usage: Usage::default(),
+            cost_usd: 0.0,
+        })
     }
-    out.outcome = if broke_off { UpstreamOutcome::Fail } else { UpstreamOutcome::Pass };
-    resp.release().await;
-    out.ending = Ending::Tail { bytes: (!tail.is_empty()).then_some(tail), stream };
-    out
 }
 
 /// A provider's error mid-stream: OpenAI's and Gemini's `data: {"error": …}`, Anthropic's `event:
