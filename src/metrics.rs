@@ -26,6 +26,7 @@ pub struct Metrics {
     pub attestation_signatures_verified: IntCounter,
     pub attestation_memo_blocks: IntCounter,
     pub attestation_memo_spans_written: IntCounter,
+    pub webhook_deliveries: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -121,6 +122,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "Verified-span memo rows recorded after walks (attestation, bundle, chain audit)"
     )
     .expect("register tollgate_attestation_memo_spans_written_total"),
+    webhook_deliveries: register_int_counter_vec!(
+        "tollgate_webhook_deliveries_total",
+        "Webhook delivery attempts by result (delivered, retry, given_up)",
+        &["result"]
+    )
+    .expect("register tollgate_webhook_deliveries_total"),
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.

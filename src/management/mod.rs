@@ -5,6 +5,7 @@
 //! tenant's ids simply are not found (404, never 403).
 
 mod analytics;
+mod billing;
 mod budget_requests;
 mod budgets;
 mod compliance;
@@ -18,6 +19,7 @@ mod receipts;
 pub mod routes;
 mod status;
 mod teams;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -319,6 +321,10 @@ impl ManagementApp {
             Op::Coverage => compliance::coverage::coverage(app, caller, p[0]).await,
             Op::ControlReceipts => compliance::coverage::control_receipts(app, caller, p[0], p[1], req).await,
             Op::ReceiptControls => compliance::controls::receipt_controls(app, caller, p[0], req).await,
+            Op::WebhooksList => webhooks::list(app, caller, req).await,
+            Op::WebhookCreate => webhooks::create(app, caller, req).await,
+            Op::WebhookDelete => webhooks::delete(app, caller, p[0]).await,
+            Op::BillingCheckout => billing::checkout(app, caller, req).await,
         }
     }
 }

@@ -56,6 +56,10 @@ pub enum Op {
     Coverage,
     ControlReceipts,
     ReceiptControls,
+    WebhooksList,
+    WebhookCreate,
+    WebhookDelete,
+    BillingCheckout,
 }
 
 /// One method on one path template. `{name}` matches one path segment (percent-decoded).
@@ -120,6 +124,10 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/compliance/coverage/{framework}", Op::Coverage),
     r("GET", "/v1/compliance/coverage/{framework}/controls/{controlId}/receipts", Op::ControlReceipts),
     r("GET", "/v1/compliance/receipts/{id}/controls", Op::ReceiptControls),
+    r("GET", "/v1/webhook-endpoints", Op::WebhooksList),
+    r("POST", "/v1/webhook-endpoints", Op::WebhookCreate),
+    r("DELETE", "/v1/webhook-endpoints/{id}", Op::WebhookDelete),
+    r("POST", "/v1/billing/checkout", Op::BillingCheckout),
 ];
 
 /// The outcome of looking a request up.

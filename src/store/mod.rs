@@ -26,6 +26,7 @@ pub mod spans;
 pub mod spend;
 pub mod teams;
 pub mod tenants;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::OnceLock;
