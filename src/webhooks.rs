@@ -130,8 +130,10 @@ pub fn parse_url(s: &str) -> Result<Url, String> {
 }
 
 /// Refuses a host that is, or resolves to, a non-public address (unless allowed). Checked at
-/// creation and again before each attempt, since DNS can change between the two.
-pub async fn check_host(host: &str, port: u16, allow_private: bool) -> Result<(), String> {
+/// creation and again before each attempt, since DNS can change between the two. A name that
+/// does not resolve fails an attempt, but not a creation (`must_resolve` false): DNS may be
+/// down for a moment, or the name not yet published.
+pub async fn check_host(host: &str, port: u16, allow_private: bool, must_resolve: bool) -> Result<(), String> {
     if allow_private {
         return Ok(());
     }
@@ -147,10 +149,15 @@ pub async fn check_host(host: &str, port: u16, allow_private: bool) -> Result<()
     if let Ok(ip) = host.parse::<IpAddr>() {
         return if is_private(ip) { Err(refused()) } else { Ok(()) };
     }
-    let addrs = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((host, port)))
+    let looked_up = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((host, port)))
         .await
-        .map_err(|_| format!("`{host}` did not resolve in time"))?
-        .map_err(|e| format!("`{host}` does not resolve: {e}"))?;
+        .map_err(|_| format!("`{host}` did not resolve in time"))
+        .and_then(|r| r.map_err(|e| format!("`{host}` does not resolve: {e}")));
+    let addrs = match looked_up {
+        Ok(a) => a,
+        Err(_) if !must_resolve => return Ok(()),
+        Err(e) => return Err(e),
+    };
     let mut any = false;
     for a in addrs {
         any = true;
@@ -158,7 +165,7 @@ pub async fn check_host(host: &str, port: u16, allow_private: bool) -> Result<()
             return Err(refused());
         }
     }
-    if any {
+    if any || !must_resolve {
         Ok(())
     } else {
         Err(format!("`{host}` does not resolve"))
@@ -290,7 +297,7 @@ async fn deliver(app: &App, row: Claimed) {
 async fn attempt(app: &App, row: &Claimed, target: &outbox::Target) -> Result<i64, String> {
     let cfg = &app.config.webhooks;
     let url = parse_url(&target.url)?;
-    check_host(&url.base.host, url.base.port, cfg.allow_private_urls).await?;
+    check_host(&url.base.host, url.base.port, cfg.allow_private_urls, true).await?;
     let key = app
         .master
         .open(&target.secret_sealed, &seal_context(&target.tenant_id, &row.endpoint_id))

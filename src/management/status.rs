@@ -176,7 +176,7 @@ async fn webhooks_component(app: &App) -> Component {
         Err(_) => return component("webhooks", "background", "degraded", false, "outbox unreadable: no answer within 2 s".into()),
     };
     if s.endpoints == 0 && s.pending == 0 {
-        return component("webhooks", "background", UNCONFIGURED, false, "no webhook endpoints; no events are sent".into());
+        return component("webhooks", "background", UNCONFIGURED, false, "webhooks are not configured: no webhook endpoints, no events are sent".into());
     }
     let oldest = s
         .oldest_pending_ms

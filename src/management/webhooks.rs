@@ -89,13 +89,13 @@ pub(super) struct CreatedEndpoint {
 pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateEndpoint = req.json()?;
-    let url = hooks::parse_url(body.url.trim()).map_err(|e| ApiError::invalid(format!("field `url` {e}")))?;
-    hooks::check_host(&url.base.host, url.base.port, app.config.webhooks.allow_private_urls)
-        .await
-        .map_err(|e| ApiError::invalid(format!("field `url`: {e}")))?;
     if body.events.is_empty() {
         return Err(ApiError::invalid(format!("field `events` must name at least one of: {}", EVENTS.join(", "))));
     }
+    let url = hooks::parse_url(body.url.trim()).map_err(|e| ApiError::invalid(format!("field `url` {e}")))?;
+    hooks::check_host(&url.base.host, url.base.port, app.config.webhooks.allow_private_urls, false)
+        .await
+        .map_err(|e| ApiError::invalid(format!("field `url`: {e}")))?;
     let mut events: Vec<String> = Vec::new();
     for e in &body.events {
         if !events.iter().any(|x| x == e.as_str()) {
