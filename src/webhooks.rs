@@ -313,11 +313,8 @@ async fn attempt(app: &App, row: &Claimed, target: &outbox::Target) -> Result<i6
     ];
     let body = Bytes::from(row.payload.clone());
     let call = async {
-        let mut resp = app
-            .upstream
-            .send(&url.base, "POST", &url.target, &headers, body)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut resp =
+            app.upstream.send(&url.base, "POST", &url.target, &headers, body).await.map_err(|e| e.to_string())?;
         let status = resp.header().status.as_u16();
         // The answer's body is not used; read a little so the connection can be reused.
         let _ = resp.read_all(64 << 10).await;
@@ -359,12 +356,24 @@ mod tests {
     #[test]
     fn urls_and_addresses() {
         let u = parse_url("https://hooks.example.com:8443/in?x=1").unwrap();
-        assert_eq!((u.base.tls, u.base.host.as_str(), u.base.port, u.target.as_str()), (true, "hooks.example.com", 8443, "/in?x=1"));
+        assert_eq!(
+            (u.base.tls, u.base.host.as_str(), u.base.port, u.target.as_str()),
+            (true, "hooks.example.com", 8443, "/in?x=1")
+        );
         assert_eq!(parse_url("http://h").unwrap().target, "/");
         assert!(parse_url("ftp://h/").is_err());
         assert!(parse_url("http://u:p@h/").is_err());
         assert!(parse_url("http://h/#f").is_err());
-        for ip in ["127.0.0.1", "10.1.2.3", "192.168.0.1", "169.254.169.254", "::1", "fd00::1", "::ffff:127.0.0.1", "100.64.0.1"] {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "169.254.169.254",
+            "::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "100.64.0.1",
+        ] {
             assert!(is_private(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["8.8.8.8", "2606:4700::1111"] {

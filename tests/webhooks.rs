@@ -98,7 +98,10 @@ fn key_events_arrive_signed_and_carry_no_secret() {
         assert_eq!(del.status, 204);
         let got = rx.wait_for(Duration::from_secs(20), |r| r.len() >= 2);
         let revoked = verify(&got[1], &secret);
-        assert_eq!((revoked["type"].as_str(), revoked["data"]["keyId"].as_str()), (Some("key.revoked"), Some(&*key_id)));
+        assert_eq!(
+            (revoked["type"].as_str(), revoked["data"]["keyId"].as_str()),
+            (Some("key.revoked"), Some(&*key_id))
+        );
         assert_ne!(got[0].header("webhook-id"), got[1].header("webhook-id"));
 
         // /status: the endpoint exists and, once the outcome is recorded, nothing is pending.
@@ -268,11 +271,17 @@ fn budget_guardrail_and_request_events() {
     assert!(!blocked.to_string().contains("4111"), "{blocked}");
 
     // A budget of $0.01 on the tenant; one answer of 100 000 completion tokens costs far more.
-    let budget = g.mgmt("POST", "/v1/budgets", Some(&g.key), Some(&json!({"scope": "tenant", "amountUsd": 0.01, "period": "monthly"})));
+    let budget = g.mgmt(
+        "POST",
+        "/v1/budgets",
+        Some(&g.key),
+        Some(&json!({"scope": "tenant", "amountUsd": 0.01, "period": "monthly"})),
+    );
     assert_eq!(budget.status, 201, "{}", budget.text());
     let budget_id = budget.json()["id"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_millis(400));
-    let big = json!({"model": "gpt-4o-mini", "max_tokens": 1, "messages": [{"role": "user", "content": "USAGE:100000"}]});
+    let big =
+        json!({"model": "gpt-4o-mini", "max_tokens": 1, "messages": [{"role": "user", "content": "USAGE:100000"}]});
     let r = g.post_gw("/v1/chat/completions", &g.key, big.to_string().as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
     let got = rx.wait_for(Duration::from_secs(20), |r| !of_type(r, "budget.exceeded").is_empty());
@@ -287,7 +296,12 @@ fn budget_guardrail_and_request_events() {
 
     // Budget requests: created, approved, denied.
     let ask = |amount: f64| {
-        let r = g.mgmt("POST", "/v1/budgets/requests", Some(&g.key), Some(&json!({"budgetId": budget_id, "amountUsd": amount, "reason": "secret project text"})));
+        let r = g.mgmt(
+            "POST",
+            "/v1/budgets/requests",
+            Some(&g.key),
+            Some(&json!({"budgetId": budget_id, "amountUsd": amount, "reason": "secret project text"})),
+        );
         assert_eq!(r.status, 201, "{}", r.text());
         r.json()["id"].as_str().unwrap().to_string()
     };
@@ -295,11 +309,15 @@ fn budget_guardrail_and_request_events() {
     assert_eq!(g.mgmt("POST", &format!("/v1/budgets/requests/{q1}/approve"), Some(&g.key), None).status, 200);
     assert_eq!(g.mgmt("POST", &format!("/v1/budgets/requests/{q2}/deny"), Some(&g.key), None).status, 200);
     let got = rx.wait_for(Duration::from_secs(20), |r| {
-        of_type(r, "budget_request.created").len() == 2 && of_type(r, "budget_request.denied").len() == 1
+        of_type(r, "budget_request.created").len() == 2
+            && of_type(r, "budget_request.denied").len() == 1
             && of_type(r, "budget_request.approved").len() == 1
     });
     let approved = verify(of_type(&got, "budget_request.approved")[0], &secret);
-    assert_eq!((approved["data"]["budgetRequestId"].as_str(), approved["data"]["amountUsd"].as_f64()), (Some(&*q1), Some(5.0)));
+    assert_eq!(
+        (approved["data"]["budgetRequestId"].as_str(), approved["data"]["amountUsd"].as_f64()),
+        (Some(&*q1), Some(5.0))
+    );
     let denied = verify(of_type(&got, "budget_request.denied")[0], &secret);
     assert_eq!(denied["data"]["budgetRequestId"], q2.as_str());
     assert!(got.iter().all(|r| !r.text().contains("secret project text")), "no free text in events");
@@ -335,14 +353,26 @@ fn bad_bodies_are_400_naming_the_field() {
         assert!(r.json()["error"]["message"].as_str().unwrap().contains(field), "{field}: {}", r.text());
     }
     // Loopback and private addresses are refused unless the operator allows them.
-    for url in ["http://127.0.0.1:9/h", "http://10.0.0.1/h", "http://[::1]/h", "http://localhost/h", "http://169.254.169.254/"] {
-        let r = g.mgmt("POST", "/v1/webhook-endpoints", Some(&g.key), Some(&json!({"url": url, "events": ["key.created"]})));
+    for url in
+        ["http://127.0.0.1:9/h", "http://10.0.0.1/h", "http://[::1]/h", "http://localhost/h", "http://169.254.169.254/"]
+    {
+        let r = g.mgmt(
+            "POST",
+            "/v1/webhook-endpoints",
+            Some(&g.key),
+            Some(&json!({"url": url, "events": ["key.created"]})),
+        );
         assert_eq!(r.status, 400, "{url}: {}", r.text());
         assert!(r.text().contains("allow_private_urls"), "{}", r.text());
     }
     // Managers only.
     let (_, dev) = g.create_key("dev");
-    let r = g.mgmt("POST", "/v1/webhook-endpoints", Some(&dev), Some(&json!({"url": "https://hooks.example.com/x", "events": ["key.created"]})));
+    let r = g.mgmt(
+        "POST",
+        "/v1/webhook-endpoints",
+        Some(&dev),
+        Some(&json!({"url": "https://hooks.example.com/x", "events": ["key.created"]})),
+    );
     assert_eq!(r.status, 403);
     assert_eq!(g.mgmt("GET", "/v1/webhook-endpoints", Some(&dev), None).status, 403);
     assert_eq!(g.mgmt("DELETE", "/v1/webhook-endpoints/x", Some(&dev), None).status, 403);

@@ -83,11 +83,10 @@ pub async fn checkout(app: &App, caller: &Caller, req: &Req) -> Handled {
     ];
     let stripe_err = |m: String| ApiError::new(ErrorKind::UpstreamError, m);
     let call = async {
-        let mut resp = app
-            .upstream
-            .send(&base, "POST", "/v1/checkout/sessions", &headers, Bytes::from(form))
-            .await
-            .map_err(|e| stripe_err(format!("could not reach Stripe: {}", scrub(&e.to_string(), secret.expose()))))?;
+        let mut resp =
+            app.upstream.send(&base, "POST", "/v1/checkout/sessions", &headers, Bytes::from(form)).await.map_err(
+                |e| stripe_err(format!("could not reach Stripe: {}", scrub(&e.to_string(), secret.expose()))),
+            )?;
         let status = resp.header().status.as_u16();
         let text = resp.read_all(1 << 20).await.map_err(|e| stripe_err(format!("reading Stripe's answer: {e}")))?;
         resp.release().await;
@@ -100,7 +99,10 @@ pub async fn checkout(app: &App, caller: &Caller, req: &Req) -> Handled {
     if !(200..300).contains(&status) {
         let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
         log::warn!("billing checkout for tenant {}: Stripe answered HTTP {status}", caller.tenant());
-        return Err(stripe_err(format!("Stripe refused the checkout session (HTTP {status}): {}", scrub(&msg, secret.expose()))));
+        return Err(stripe_err(format!(
+            "Stripe refused the checkout session (HTTP {status}): {}",
+            scrub(&msg, secret.expose())
+        )));
     }
     match (v["id"].as_str(), v["url"].as_str()) {
         (Some(id), Some(url)) => Ok(Reply::json(201, &Session { id: id.to_string(), url: url.to_string() })),
@@ -132,8 +134,10 @@ fn form_encode(pairs: &[(&str, &str)]) -> String {
 mod tests {
     #[test]
     fn form_encoding_and_scrubbing() {
-        assert_eq!(super::form_encode(&[("line_items[0][price]", "price_1"), ("u", "https://a/b?c=d e")]),
-            "line_items%5B0%5D%5Bprice%5D=price_1&u=https%3A%2F%2Fa%2Fb%3Fc%3Dd%20e");
+        assert_eq!(
+            super::form_encode(&[("line_items[0][price]", "price_1"), ("u", "https://a/b?c=d e")]),
+            "line_items%5B0%5D%5Bprice%5D=price_1&u=https%3A%2F%2Fa%2Fb%3Fc%3Dd%20e"
+        );
         assert_eq!(super::scrub("bad key sk_test_123456", "sk_test_123456"), "bad key ***");
     }
 }

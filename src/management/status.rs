@@ -172,11 +172,33 @@ async fn webhooks_component(app: &App) -> Component {
     let stats = tokio::time::timeout(Duration::from_secs(2), crate::store::webhooks::stats(&app.store)).await;
     let s = match stats {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return component("webhooks", "background", "degraded", false, format!("outbox unreadable: {}", short(&e.to_string()))),
-        Err(_) => return component("webhooks", "background", "degraded", false, "outbox unreadable: no answer within 2 s".into()),
+        Ok(Err(e)) => {
+            return component(
+                "webhooks",
+                "background",
+                "degraded",
+                false,
+                format!("outbox unreadable: {}", short(&e.to_string())),
+            )
+        }
+        Err(_) => {
+            return component(
+                "webhooks",
+                "background",
+                "degraded",
+                false,
+                "outbox unreadable: no answer within 2 s".into(),
+            )
+        }
     };
     if s.endpoints == 0 && s.pending == 0 {
-        return component("webhooks", "background", UNCONFIGURED, false, "webhooks are not configured: no webhook endpoints, no events are sent".into());
+        return component(
+            "webhooks",
+            "background",
+            UNCONFIGURED,
+            false,
+            "webhooks are not configured: no webhook endpoints, no events are sent".into(),
+        );
     }
     let oldest = s
         .oldest_pending_ms

@@ -206,7 +206,8 @@ pub async fn revoke(store: &Store, tenant_id: &str, id: &str) -> Result<bool, St
             if done.rows_affected() != 1 {
                 return Ok(false);
             }
-            let event = super::webhooks::Event::new(&t, "key.revoked", serde_json::json!({"keyId": id, "revokedAt": now}));
+            let event =
+                super::webhooks::Event::new(&t, "key.revoked", serde_json::json!({"keyId": id, "revokedAt": now}));
             super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
             tx.commit().await?;
             Ok(true)

@@ -164,7 +164,12 @@ pub async fn insert(
 }
 
 /// A page of the tenant's endpoints in creation order.
-pub async fn list(store: &Store, tenant_id: &str, after: Option<&str>, limit: i64) -> Result<Vec<Endpoint>, StoreError> {
+pub async fn list(
+    store: &Store,
+    tenant_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Endpoint>, StoreError> {
     let (t, after) = (tenant_id.to_string(), after.map(str::to_string));
     store
         .run(|pool, _| async move {
@@ -291,11 +296,20 @@ pub async fn claim(store: &Store, now_ms: i64, lease_until_ms: i64, limit: i64) 
 /// How an attempt ended.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Delivered { status: i64 },
+    Delivered {
+        status: i64,
+    },
     /// Due again at `next_ms`.
-    Retry { status: Option<i64>, error: String, next_ms: i64 },
+    Retry {
+        status: Option<i64>,
+        error: String,
+        next_ms: i64,
+    },
     /// No attempt left.
-    GaveUp { status: Option<i64>, error: String },
+    GaveUp {
+        status: Option<i64>,
+        error: String,
+    },
 }
 
 /// Records an attempt's outcome and ends the lease.
@@ -344,11 +358,9 @@ pub async fn stats(store: &Store) -> Result<Stats, StoreError> {
         .run(|pool, _| async move {
             let endpoints: i64 =
                 sqlx::query("SELECT COUNT(*) FROM webhook_endpoints").fetch_one(&pool).await?.try_get(0)?;
-            let row = sqlx::query(
-                "SELECT COUNT(*), MIN(created_ms) FROM webhook_deliveries WHERE status = 'pending'",
-            )
-            .fetch_one(&pool)
-            .await?;
+            let row = sqlx::query("SELECT COUNT(*), MIN(created_ms) FROM webhook_deliveries WHERE status = 'pending'")
+                .fetch_one(&pool)
+                .await?;
             let (pending, oldest): (i64, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
             let failing: i64 = sqlx::query(
                 "SELECT COUNT(DISTINCT endpoint_id) FROM webhook_deliveries \

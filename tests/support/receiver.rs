@@ -110,7 +110,8 @@ fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Scri
                 headers.push((k.trim().to_lowercase(), v.trim().to_string()));
             }
         }
-        let len: usize = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+        let len: usize =
+            headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
         let mut body = vec![0; len];
         if r.read_exact(&mut body).is_err() {
             return;
@@ -122,10 +123,8 @@ fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Scri
             l.len() - 1
         };
         let (status, text) = (script.lock().unwrap())(n, &rec);
-        let head = format!(
-            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            text.len()
-        );
+        let head =
+            format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", text.len());
         if w.write_all(head.as_bytes()).and_then(|_| w.write_all(text.as_bytes())).is_err() {
             return;
         }
