@@ -180,8 +180,11 @@ fn two_processes_on_one_postgres_deliver_each_event_once() {
         std::thread::sleep(Duration::from_millis(30));
         (200, "{}".into())
     }));
-    let g1 = Gateway::start(&b, &env("1000"));
-    let mut g2 = Gateway::start_with(&b, &env("1000"), false);
+    // Processes sharing a database share the master key (it opens the endpoints' secrets).
+    let mut shared = env("1000");
+    shared.push(("TOLLGATE_MASTER_KEY", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="));
+    let g1 = Gateway::start(&b, &shared);
+    let mut g2 = Gateway::start_with(&b, &shared, false);
     g2.key = g1.key.clone();
     endpoint(&g1, &rx.url("/h"), &["key.created"]);
     let n = 40;
@@ -206,6 +209,10 @@ fn two_processes_on_one_postgres_deliver_each_event_once() {
     ids.dedup();
     assert_eq!(ids.len(), n, "every event arrived: {}", got.len());
     assert_eq!(got_all.len(), n, "and each exactly once");
+    let delivered = |g: &Gateway| g.metric("tollgate_webhook_deliveries_total", &["result=\"delivered\""]);
+    let (d1, d2) = (delivered(&g1), delivered(&g2));
+    eprintln!("deliveries by process: {d1} and {d2}");
+    assert_eq!(d1 + d2, n as f64, "the two senders' counts add up to one delivery per event");
     drop(g1);
     drop(g2);
     support::drop_postgres(&url);

@@ -261,6 +261,18 @@ pub struct Claimed {
 pub async fn claim(store: &Store, now_ms: i64, lease_until_ms: i64, limit: i64) -> Result<Vec<Claimed>, StoreError> {
     store
         .run(move |pool, backend| async move {
+            // A read first: the idle sender must not take SQLite's write lock every poll (the
+            // receipt writer would wait for it), nor write-lock anything on PostgreSQL.
+            let due = sqlx::query(
+                "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_ms <= $1 \
+                 AND lease_until_ms <= $1 LIMIT 1",
+            )
+            .bind(now_ms)
+            .fetch_optional(&pool)
+            .await?;
+            if due.is_none() {
+                return Ok(Vec::new());
+            }
             let lock = match backend {
                 Backend::Postgres => " FOR UPDATE SKIP LOCKED",
                 Backend::Sqlite => "",
