@@ -67,6 +67,7 @@ fn draft(i: u64) -> Draft {
         pack_version: "ps-bench".into(),
         cache: CacheSide::default(),
         events: Vec::new(),
+        outbox: Vec::new(),
         key_id: "01a204c8-7a19-7530-9164-000000000001".into(),
     }
 }

@@ -35,6 +35,7 @@ fn draft(tenant: &str, i: usize) -> Draft {
         pack_version: String::new(),
         cache: CacheSide::default(),
         events: Vec::new(),
+        outbox: Vec::new(),
         key_id: "01a204c8-7a19-7530-9164-000000000001".into(),
     }
 }

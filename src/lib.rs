@@ -82,3 +82,4 @@ pub mod store;
 pub mod telemetry;
 pub mod translate;
 pub mod upstream;
+pub mod webhooks;

@@ -27,6 +27,7 @@ pub struct Metrics {
     pub attestation_memo_blocks: IntCounter,
     pub attestation_memo_spans_written: IntCounter,
     pub tool_calls: IntCounterVec,
+    pub webhook_deliveries: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -128,6 +129,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["server", "tool", "result"]
     )
     .expect("register tollgate_tool_calls_total"),
+    webhook_deliveries: register_int_counter_vec!(
+        "tollgate_webhook_deliveries_total",
+        "Webhook delivery attempts by result (delivered, retry, given_up)",
+        &["result"]
+    )
+    .expect("register tollgate_webhook_deliveries_total"),
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.

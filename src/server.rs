@@ -165,6 +165,7 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     if app.config.storage.chain_audit_seconds > 0 {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
+    server.add_service(background_service("webhook sender", crate::webhooks::Sender { app: app.clone() }));
     // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
     writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
     server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));

@@ -418,6 +418,7 @@ fn packed_pages_decode_exactly_like_rows() {
                     pack_version: String::new(),
                     cache: CacheSide::default(),
                     events: Vec::new(),
+                    outbox: Vec::new(),
                     key_id: "k".into(),
                 })
                 .collect();

@@ -13,7 +13,8 @@ use std::process::{Command, Stdio};
 const SETUP: &str = "python3 -m venv .venv && .venv/bin/pip install -r tests/sdk/requirements.txt";
 
 /// What tests/sdk imports (tests/sdk/requirements.txt); scripts/test checks the same list.
-const MODULES: &str = "openai, anthropic, pytest, openapi_spec_validator, schemathesis, botocore, jwt, yaml, mcp";
+const MODULES: &str =
+    "openai, anthropic, pytest, openapi_spec_validator, schemathesis, botocore, jwt, yaml, mcp, standardwebhooks";
 
 fn python() -> PathBuf {
     std::env::var_os("TOLLGATE_PYTHON")

@@ -27,6 +27,10 @@ struct EntryState {
     spent: HashMap<String, f64>,
     /// Reserved, not yet settled, by period key.
     reserved: HashMap<String, f64>,
+    /// Cost that has passed [`Ledger::crossings`], by period key: it runs ahead of `spent`
+    /// (counted when a receipt is handed over, before its settle), so each budget threshold is
+    /// crossed by exactly one request of this process.
+    noticed: HashMap<String, f64>,
 }
 
 impl Entry {
@@ -71,6 +75,16 @@ impl Drop for Reservation {
             }
         }
     }
+}
+
+/// A budget threshold one request's cost crossed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crossing {
+    pub limit: Limit,
+    /// `threshold` (the configured share of the amount) or `exceeded` (the whole amount).
+    pub level: &'static str,
+    /// Spend in the period including this request's cost.
+    pub spent_usd: f64,
 }
 
 /// The first limit a request would break.
@@ -218,6 +232,46 @@ impl Ledger {
         drop(r);
     }
 
+    /// Counts `cost_usd` against each of `limits` and says which thresholds it crossed: the
+    /// share `threshold` (e.g. 0.8) of the amount, and the whole amount. Atomic per scope entry,
+    /// so concurrent requests cross each threshold once between them; spend learnt from other
+    /// processes (refresh) raises the base, so a crossing there is not reported again here.
+    pub fn crossings(&self, limits: &[Limit], cost_usd: f64, threshold: f64, now: DateTime<Utc>) -> Vec<Crossing> {
+        let mut out = Vec::new();
+        if !(cost_usd.is_finite() && cost_usd > 0.0) {
+            return out;
+        }
+        let mut done: Vec<(&str, &str, Period)> = Vec::with_capacity(limits.len());
+        for l in limits {
+            if done.contains(&(l.scope, l.scope_id.as_str(), l.period)) {
+                continue;
+            }
+            done.push((l.scope, l.scope_id.as_str(), l.period));
+            let Some(entries) = self.map(l.scope) else { continue };
+            let entry = Self::entry(entries, &l.scope_id);
+            let period_key = l.period.key(now);
+            let mut st = entry.lock();
+            let spent = st.spent.get(&period_key).copied().unwrap_or(0.0);
+            let before = st.noticed.get(&period_key).copied().unwrap_or(0.0).max(spent);
+            let after = before + cost_usd;
+            st.noticed.insert(period_key, after);
+            if st.noticed.len() > 2 {
+                let month = month_key(now);
+                st.noticed.retain(|k, _| k == TOTAL || *k == month);
+            }
+            drop(st);
+            let same = limits.iter().filter(|m| m.scope == l.scope && m.scope_id == l.scope_id && m.period == l.period);
+            for m in same {
+                for (level, mark) in [("threshold", m.amount_usd * threshold), ("exceeded", m.amount_usd)] {
+                    if before < mark - EPSILON && after >= mark - EPSILON {
+                        out.push(Crossing { limit: m.clone(), level, spent_usd: after });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Settled spend of one scope entry in the period containing `now`.
     pub fn spent(&self, scope: &str, scope_id: &str, period: Period, now: DateTime<Utc>) -> f64 {
         let Some(entries) = self.map(scope) else { return 0.0 };
@@ -272,6 +326,27 @@ mod tests {
 
     fn at(y: i32, m: u32, d: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(y, m, d, 12, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn each_threshold_is_crossed_once_by_concurrent_requests() {
+        let ledger = Arc::new(Ledger::new());
+        let limits = Arc::new(vec![limit("key", "k1", 10.0, Period::Monthly)]);
+        let now = Utc::now();
+        let handles: Vec<_> = (0..40)
+            .map(|_| {
+                let (ledger, limits) = (ledger.clone(), limits.clone());
+                std::thread::spawn(move || ledger.crossings(&limits, 0.5, 0.8, now))
+            })
+            .collect();
+        let all: Vec<Crossing> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let levels: Vec<&str> = all.iter().map(|c| c.level).collect();
+        assert_eq!(levels.iter().filter(|l| **l == "threshold").count(), 1, "{all:?}");
+        assert_eq!(levels.iter().filter(|l| **l == "exceeded").count(), 1, "{all:?}");
+        // A single large cost crosses both at once; nothing is reported below the threshold.
+        let l = ledger.crossings(&[limit("team", "t9", 1.0, Period::Total)], 2.0, 0.8, now);
+        assert_eq!(l.iter().map(|c| c.level).collect::<Vec<_>>(), ["threshold", "exceeded"]);
+        assert!(ledger.crossings(&[limit("tenant", "x", 100.0, Period::Total)], 1.0, 0.8, now).is_empty());
     }
 
     #[test]

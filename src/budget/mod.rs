@@ -9,7 +9,7 @@ mod book;
 mod ledger;
 
 pub use book::{BudgetBook, Limit};
-pub use ledger::{Exceeded, Ledger, Reservation};
+pub use ledger::{Crossing, Exceeded, Ledger, Reservation};
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 

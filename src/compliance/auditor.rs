@@ -104,6 +104,12 @@ impl Auditor {
             if !recorded.contains(&start) {
                 log::warn!("chain audit: tenant {tenant} seq {start}..{} does not verify", start + block - 1);
                 self.failed.insert((tenant.to_string(), start));
+                // The audit changes nothing in the database: the event is its only write.
+                let data = serde_json::json!({"fromSeq": start, "toSeq": start + block - 1});
+                let event = store::webhooks::Event::new(tenant, "chain.verification_failed", data);
+                if let Err(e) = store::webhooks::enqueue_now(store, vec![event]).await {
+                    log::warn!("chain audit: the chain.verification_failed event was not written: {e}");
+                }
             }
         }
         Ok(())

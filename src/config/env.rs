@@ -42,6 +42,17 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     }
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
+    number(var, "TOLLGATE_WEBHOOK_RETRY_BASE_MS", &mut cfg.webhooks.retry_base_ms)?;
+    number(var, "TOLLGATE_WEBHOOK_RETRY_MAX_MS", &mut cfg.webhooks.retry_max_ms)?;
+    number(var, "TOLLGATE_WEBHOOK_MAX_ATTEMPTS", &mut cfg.webhooks.max_attempts)?;
+    number(var, "TOLLGATE_WEBHOOK_POLL_MS", &mut cfg.webhooks.poll_ms)?;
+    number(var, "TOLLGATE_WEBHOOK_TIMEOUT_MS", &mut cfg.webhooks.timeout_ms)?;
+    flag(var, "TOLLGATE_WEBHOOK_ALLOW_PRIVATE_URLS", &mut cfg.webhooks.allow_private_urls)?;
+    text(var, "TOLLGATE_STRIPE_PRICE_ID", &mut cfg.billing.stripe_price_id);
+    text(var, "TOLLGATE_STRIPE_API_BASE", &mut cfg.billing.stripe_api_base);
+    if let Some(v) = var("TOLLGATE_STRIPE_SECRET_KEY").filter(|v| !v.trim().is_empty()) {
+        cfg.billing.stripe_secret_key = Some(crate::secret::Secret::new(v.trim()));
+    }
     telemetry(cfg, var)
 }
 

@@ -36,6 +36,8 @@ pub struct Config {
     /// MCP tool servers listed in config, each for one tenant (beside those registered with
     /// `POST /v1/tool-servers`).
     pub tool_servers: Vec<ToolServerConfig>,
+    pub webhooks: WebhooksSection,
+    pub billing: BillingSection,
 }
 
 /// A tool server of one tenant, from config. Its header values are secrets: they stay in the
@@ -97,6 +99,62 @@ pub struct TelemetrySection {
 impl Default for TelemetrySection {
     fn default() -> Self {
         TelemetrySection { otlp_endpoint: String::new(), service_name: "tollgate".into(), capture_prompts: false }
+    }
+}
+
+/// Outbound webhooks (`webhooks`): how the background sender retries, and where it may send.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksSection {
+    /// The delay after the first failed attempt; each further failure doubles it (with jitter:
+    /// each delay is 75-100% of its nominal value), up to `retry_max_ms`.
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    /// Attempts per delivery, the first included; then it is given up (`status = failed`).
+    pub max_attempts: u32,
+    /// How often the sender looks for due deliveries when it found none.
+    pub poll_ms: u64,
+    /// One attempt's limit (connect, send, answer header and body).
+    pub timeout_ms: u64,
+    /// Allow endpoint URLs on loopback, private, link-local and other non-public addresses. A
+    /// webhook URL is a request the server makes on a tenant's behalf: off by default.
+    pub allow_private_urls: bool,
+    /// `budget.threshold_reached` fires when spend crosses this percentage of a budget.
+    pub budget_threshold_percent: u32,
+}
+
+impl Default for WebhooksSection {
+    fn default() -> Self {
+        WebhooksSection {
+            retry_base_ms: 10_000,
+            retry_max_ms: 3_600_000,
+            max_attempts: 10,
+            poll_ms: 1000,
+            timeout_ms: 10_000,
+            allow_private_urls: false,
+            budget_threshold_percent: 80,
+        }
+    }
+}
+
+/// Billing checkout (`billing`) through Stripe. The secret key comes only from the environment
+/// (`TOLLGATE_STRIPE_SECRET_KEY`), never from a file that might be shared or committed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingSection {
+    pub stripe_price_id: String,
+    pub stripe_api_base: String,
+    #[serde(skip)]
+    pub stripe_secret_key: Option<crate::secret::Secret>,
+}
+
+impl Default for BillingSection {
+    fn default() -> Self {
+        BillingSection {
+            stripe_price_id: String::new(),
+            stripe_api_base: "https://api.stripe.com".into(),
+            stripe_secret_key: None,
+        }
     }
 }
 
@@ -317,6 +375,8 @@ impl Default for Config {
             compliance: ComplianceSection::default(),
             receipts: ReceiptsSection::default(),
             telemetry: TelemetrySection::default(),
+            webhooks: WebhooksSection::default(),
+            billing: BillingSection::default(),
             routes: vec![
                 route("gpt-*", OpenAi),
                 route("chatgpt-*", OpenAi),
@@ -489,6 +549,19 @@ impl Config {
             if let Err(e) = crate::telemetry::traces_url(&self.telemetry.otlp_endpoint) {
                 return bad("telemetry.otlp_endpoint", &e);
             }
+        }
+        let w = &self.webhooks;
+        if w.max_attempts == 0 || w.poll_ms == 0 || w.timeout_ms == 0 || w.retry_base_ms == 0 {
+            return bad("webhooks", "max_attempts, poll_ms, timeout_ms and retry_base_ms must be greater than 0");
+        }
+        if w.retry_max_ms < w.retry_base_ms {
+            return bad("webhooks.retry_max_ms", "must be at least retry_base_ms");
+        }
+        if !(1..=100).contains(&w.budget_threshold_percent) {
+            return bad("webhooks.budget_threshold_percent", "must be from 1 to 100");
+        }
+        if let Err(e) = crate::upstream::BaseUrl::parse(&self.billing.stripe_api_base) {
+            return bad("billing.stripe_api_base", &e);
         }
         for (model, price) in &self.pricing {
             let cached = [price.cache_read, price.cache_write, price.cache_write_1h];

@@ -161,6 +161,7 @@ impl Ctx {
             },
             events: std::mem::take(&mut self.cx.events),
             key_id: key.id.clone(),
+            outbox: Vec::new(),
         })
     }
 }
@@ -455,7 +456,11 @@ impl Gateway {
             ctx.status = status;
         }
         self.record_metrics(ctx);
-        let draft = ctx.take_draft();
+        let outbox = self.webhook_events(ctx);
+        let mut draft = ctx.take_draft();
+        if let Some(d) = draft.as_mut() {
+            d.outbox = outbox;
+        }
         if let Some(t) = ctx.trace.as_mut() {
             t.record(ctx.route.map(Route::operation), draft.as_ref());
         }
@@ -484,6 +489,50 @@ impl Gateway {
             self.app.receipts.submit(d).await;
         }
         sent.map(|()| true)
+    }
+
+    /// The webhook events this request causes, written with its receipt: a guardrail block, and
+    /// each budget threshold its cost crosses. Ids, categories and amounts only: no text.
+    fn webhook_events(&self, ctx: &Ctx) -> Vec<crate::store::webhooks::Event> {
+        use crate::store::webhooks::Event;
+        let mut out = Vec::new();
+        let Some(key) = ctx.key.as_ref() else { return out };
+        let blocked: Vec<&receipts::GuardEvent> = ctx.cx.events.iter().filter(|e| e.result == "BLOCK").collect();
+        if !blocked.is_empty() {
+            let mut categories: Vec<&str> = blocked.iter().map(|e| e.category.as_str()).collect();
+            categories.dedup();
+            let data = serde_json::json!({
+                "receiptId": ctx.receipt_id,
+                "requestId": ctx.request_id,
+                "keyId": &*key.id,
+                "model": ctx.model,
+                "direction": blocked[0].direction,
+                "categories": categories,
+            });
+            out.push(Event::new(key.tenant_id(), "guardrail.blocked", data));
+        }
+        if let (Some(ex), true) = (ctx.exchange.as_ref(), ctx.cost_usd > 0.0) {
+            let limits = ctx.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
+            if !limits.is_empty() {
+                let share = f64::from(self.app.config.webhooks.budget_threshold_percent) / 100.0;
+                for c in self.app.ledger.crossings(&limits, ctx.cost_usd, share, ex.now) {
+                    let kind = if c.level == "exceeded" { "budget.exceeded" } else { "budget.threshold_reached" };
+                    let data = serde_json::json!({
+                        "budgetId": c.limit.budget_id,
+                        "scope": c.limit.scope,
+                        "scopeId": c.limit.scope_id,
+                        "period": c.limit.period.as_str(),
+                        "amountUsd": c.limit.amount_usd,
+                        "spentUsd": c.spent_usd,
+                        "thresholdPercent": if c.level == "exceeded" { 100 } else { self.app.config.webhooks.budget_threshold_percent },
+                        "receiptId": ctx.receipt_id,
+                        "keyId": &*key.id,
+                    });
+                    out.push(Event::new(key.tenant_id(), kind, data));
+                }
+            }
+        }
+        out
     }
 
     /// What this request adds to the counters: its checks (UPSTREAM too), tokens, cost and cache

@@ -5,6 +5,7 @@
 //! tenant's ids simply are not found (404, never 403).
 
 mod analytics;
+mod billing;
 mod budget_requests;
 mod budgets;
 mod compliance;
@@ -20,6 +21,7 @@ pub mod routes;
 mod status;
 mod teams;
 mod tool_servers;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -333,6 +335,10 @@ impl ManagementApp {
             Op::ToolServersList => tool_servers::list(app, caller).await,
             Op::ToolServerCreate => tool_servers::create(app, caller, req).await,
             Op::ToolServerDelete => tool_servers::delete(app, caller, p[0]).await,
+            Op::WebhooksList => webhooks::list(app, caller, req).await,
+            Op::WebhookCreate => webhooks::create(app, caller, req).await,
+            Op::WebhookDelete => webhooks::delete(app, caller, p[0]).await,
+            Op::BillingCheckout => billing::checkout(app, caller, req).await,
         }
     }
 }

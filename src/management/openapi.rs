@@ -18,8 +18,8 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::{
-    analytics, budget_requests, budgets, compliance, keys, members, policies, prompts, providers, receipts, status,
-    teams, tool_servers, Reply,
+    analytics, billing, budget_requests, budgets, compliance, keys, members, policies, prompts, providers, receipts,
+    status, teams, tool_servers, webhooks, Reply,
 };
 use crate::error::ErrorEnvelope;
 
@@ -90,6 +90,10 @@ use crate::error::ErrorEnvelope;
         tool_servers::create,
         tool_servers::list,
         tool_servers::delete,
+        webhooks::create,
+        webhooks::list,
+        webhooks::delete,
+        billing::checkout,
     ),
     components(schemas(ErrorEnvelope)),
     tags(
@@ -104,6 +108,8 @@ use crate::error::ErrorEnvelope;
         (name = "compliance", description = "Attestations, inclusion proofs, evidence bundles and packs"),
         (name = "prompts", description = "Prompt templates, their numbered versions, and runs through the gateway"),
         (name = "tool-servers", description = "MCP tool servers behind the gateway's /mcp/{server}; header values are write-only"),
+        (name = "webhooks", description = "Endpoints that receive signed events (Standard Webhooks)"),
+        (name = "billing", description = "Plan upgrades through a Stripe Checkout Session"),
     ),
     modifiers(&SharedParts),
     security(("bearer" = [])),
@@ -151,7 +157,8 @@ const ERRORS: &[(&str, u16, &str)] = &[
     ("NotFound", 404, "not_found: no such id in this tenant (also for another tenant's ids)"),
     ("Conflict", 409, "conflict: the state does not allow this change"),
     ("PayloadTooLarge", 413, "payload_too_large: the body is over the management limit"),
-    ("Unavailable", 503, "unavailable: the database does not answer; retry shortly"),
+    ("BadGateway", 502, "upstream_error: the payment provider refused or failed; its message is included"),
+    ("Unavailable", 503, "unavailable: the database does not answer; retry shortly (not_configured: a feature such as billing is not set up)"),
 ];
 
 fn refs(names: &[&str]) -> BTreeMap<String, RefOr<Response>> {
@@ -197,6 +204,15 @@ pub struct Conflicting;
 impl IntoResponses for Conflicting {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
         refs(&["Conflict"])
+    }
+}
+
+/// 502: an outside service (the payment provider) failed.
+pub struct BadGateway;
+
+impl IntoResponses for BadGateway {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refs(&["BadGateway"])
     }
 }
 

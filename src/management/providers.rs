@@ -132,7 +132,12 @@ pub async fn test(app: &App, caller: &Caller, provider: &str) -> Handled {
     };
     let (ok, reason) = probe(app, &snap, &cred).await;
     let status = if ok { "active" } else { "failing" };
-    store::providers::set_status(&app.store, caller.tenant(), p.as_str(), status).await?;
+    // The reason is the test's own text (a status or a connection error), never a credential.
+    let event = (!ok).then(|| {
+        let data = serde_json::json!({"provider": p.as_str(), "status": status, "reason": reason.chars().take(300).collect::<String>()});
+        store::webhooks::Event::new(caller.tenant(), "provider.test_failed", data)
+    });
+    store::providers::set_status(&app.store, caller.tenant(), p.as_str(), status, event).await?;
     app.snapshot.rebuild().await?;
     Ok(Reply::json(200, &ProviderTest { ok, reason }))
 }

@@ -65,6 +65,10 @@ pub enum Op {
     ToolServersList,
     ToolServerCreate,
     ToolServerDelete,
+    WebhooksList,
+    WebhookCreate,
+    WebhookDelete,
+    BillingCheckout,
 }
 
 /// One method on one path template. `{name}` matches one path segment (percent-decoded).
@@ -138,6 +142,10 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/tool-servers", Op::ToolServersList),
     r("POST", "/v1/tool-servers", Op::ToolServerCreate),
     r("DELETE", "/v1/tool-servers/{name}", Op::ToolServerDelete),
+    r("GET", "/v1/webhook-endpoints", Op::WebhooksList),
+    r("POST", "/v1/webhook-endpoints", Op::WebhookCreate),
+    r("DELETE", "/v1/webhook-endpoints/{id}", Op::WebhookDelete),
+    r("POST", "/v1/billing/checkout", Op::BillingCheckout),
 ];
 
 /// The outcome of looking a request up.

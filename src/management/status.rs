@@ -131,13 +131,7 @@ pub async fn get(app: &App) -> Handled {
         components.push(component(&format!("tool-server:{}", s.name), "tools", status, false, detail));
     }
     components.push(policies_component(app));
-    components.push(component(
-        "webhooks",
-        "background",
-        UNCONFIGURED,
-        false,
-        "webhooks are not configured: this version has no webhook endpoints and delivers no events".to_string(),
-    ));
+    components.push(webhooks_component(app).await);
 
     let overall = overall(&components);
     let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
@@ -183,6 +177,52 @@ fn policies_component(app: &App) -> Component {
     let from = if files.dir_exists { format!("from {dir}") } else { format!("({dir} does not exist)") };
     let detail = format!("{} file policies {from}; {api} API policies in force", files.policies.len());
     component("policies", "core", "operational", false, detail)
+}
+
+/// The outbox across all tenants (counts only): `unconfigured` without endpoints, `degraded`
+/// while an endpoint's deliveries are failing and being retried.
+async fn webhooks_component(app: &App) -> Component {
+    let stats = tokio::time::timeout(Duration::from_secs(2), crate::store::webhooks::stats(&app.store)).await;
+    let s = match stats {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return component(
+                "webhooks",
+                "background",
+                "degraded",
+                false,
+                format!("outbox unreadable: {}", short(&e.to_string())),
+            )
+        }
+        Err(_) => {
+            return component(
+                "webhooks",
+                "background",
+                "degraded",
+                false,
+                "outbox unreadable: no answer within 2 s".into(),
+            )
+        }
+    };
+    if s.endpoints == 0 && s.pending == 0 {
+        return component(
+            "webhooks",
+            "background",
+            UNCONFIGURED,
+            false,
+            "webhooks are not configured: no webhook endpoints, no events are sent".into(),
+        );
+    }
+    let oldest = s
+        .oldest_pending_ms
+        .map(|ms| ((chrono::Utc::now().timestamp_millis() - ms).max(0) / 1000).to_string())
+        .unwrap_or_else(|| "0".into());
+    let status = if s.failing_endpoints > 0 { "degraded" } else { "operational" };
+    let detail = format!(
+        "{} endpoints; pending {}, failing endpoints {}, oldest undelivered {oldest} s, given up {}",
+        s.endpoints, s.pending, s.failing_endpoints, s.given_up
+    );
+    component("webhooks", "background", status, false, detail)
 }
 
 /// Database errors can be long; the public page needs only their gist.

@@ -46,6 +46,9 @@ pub struct Draft {
     pub events: Vec<GuardEvent>,
     /// The key whose spend this request's cost adds to.
     pub key_id: Arc<str>,
+    /// Webhook events this request caused (a guardrail block, a budget threshold crossed),
+    /// written to the outbox in the receipt's own transaction.
+    pub outbox: Vec<crate::store::webhooks::Event>,
 }
 
 /// The cache's unsigned side channel: `result` is `HIT`, `MISS`, `BYPASS` or empty (no cache).

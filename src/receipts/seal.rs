@@ -174,6 +174,7 @@ mod tests {
             pack_version: String::new(),
             cache: CacheSide::default(),
             events: Vec::new(),
+            outbox: Vec::new(),
             key_id: "key-1".into(),
         }
     }

@@ -43,6 +43,14 @@ fn from_row(r: &AnyRow) -> Result<BudgetRequest, sqlx::Error> {
     })
 }
 
+/// A request's ids, amount and state for its webhook events (not its free-text reason).
+fn event_data(r: &BudgetRequest) -> serde_json::Value {
+    serde_json::json!({
+        "budgetRequestId": r.id, "budgetId": r.budget_id, "amountUsd": r.amount_usd, "status": r.status,
+        "requestedBy": r.requested_by, "decidedBy": r.decided_by,
+    })
+}
+
 /// How a decision went.
 #[derive(Debug)]
 pub enum Decided {
@@ -75,8 +83,10 @@ pub async fn insert(
         decided_by: None,
     };
     let r = req.clone();
+    let event = super::webhooks::Event::new(&r.tenant_id, "budget_request.created", event_data(&r));
     store
-        .run(|pool, _| async move {
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             sqlx::query(
                 "INSERT INTO budget_requests (id, tenant_id, budget_id, amount_usd, reason, status, requested_by, \
                  created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -89,8 +99,10 @@ pub async fn insert(
             .bind(r.status)
             .bind(r.requested_by)
             .bind(r.created_at)
-            .execute(&pool)
+            .execute(&mut *tx)
             .await?;
+            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
+            tx.commit().await?;
             Ok(())
         })
         .await?;
@@ -175,8 +187,15 @@ pub async fn decide(
                     return Ok(Decided::BudgetGone);
                 }
             }
+            let mut decided = req;
+            decided.status = status.to_string();
+            decided.decided_at = Some(now.clone());
+            decided.decided_by = Some(by.clone());
+            let kind = if approve { "budget_request.approved" } else { "budget_request.denied" };
+            let event = super::webhooks::Event::new(&t, kind, event_data(&decided));
+            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
             tx.commit().await?;
-            Ok(Decided::Done(req))
+            Ok(Decided::Done(decided))
         })
         .await
 }

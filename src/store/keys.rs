@@ -102,8 +102,18 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
     };
     let r = rec.clone();
     let (budget_value, budget_set) = nullable_real(r.budget_usd);
+    // The event carries the record's ids and amounts, never the secret nor its hash or hint.
+    let event = super::webhooks::Event::new(
+        &r.tenant_id,
+        "key.created",
+        serde_json::json!({
+            "keyId": r.id, "label": r.label, "keyClass": r.key_class, "role": r.role,
+            "teamId": r.team_id, "budgetUsd": r.budget_usd, "createdAt": r.created_at,
+        }),
+    );
     store
-        .run(|pool, _| async move {
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             sqlx::query(
                 "INSERT INTO api_keys (id, tenant_id, key_hash, key_hint, label, key_class, role, \
                  team_id, budget_usd, spent_usd, created_at) \
@@ -120,8 +130,10 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
             .bind(budget_value)
             .bind(r.created_at)
             .bind(budget_set)
-            .execute(&pool)
+            .execute(&mut *tx)
             .await?;
+            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
+            tx.commit().await?;
             Ok(())
         })
         .await?;
@@ -176,19 +188,29 @@ pub async fn is_live(store: &Store, tenant_id: &str, id: &str) -> Result<bool, S
 }
 
 /// Revokes a live key of the tenant; false when there is none (unknown, other tenant, revoked).
+/// `key.revoked` is written in the same transaction.
 pub async fn revoke(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, _| async move {
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
+            let now = now_ts();
             let done = sqlx::query(
                 "UPDATE api_keys SET revoked_at = $1 WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
             )
-            .bind(now_ts())
-            .bind(t)
-            .bind(id)
-            .execute(&pool)
+            .bind(&now)
+            .bind(&t)
+            .bind(&id)
+            .execute(&mut *tx)
             .await?;
-            Ok(done.rows_affected() == 1)
+            if done.rows_affected() != 1 {
+                return Ok(false);
+            }
+            let event =
+                super::webhooks::Event::new(&t, "key.revoked", serde_json::json!({"keyId": id, "revokedAt": now}));
+            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
+            tx.commit().await?;
+            Ok(true)
         })
         .await
 }

@@ -29,6 +29,7 @@ pub mod spend;
 pub mod teams;
 pub mod tenants;
 pub mod tool_servers;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::OnceLock;

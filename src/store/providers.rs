@@ -82,16 +82,28 @@ pub async fn for_tenant(store: &Store, tenant_id: &str) -> Result<Vec<Credential
         .await
 }
 
-pub async fn set_status(store: &Store, tenant_id: &str, provider: &str, status: &str) -> Result<(), StoreError> {
+/// Records a test's outcome; a failed one writes `provider.test_failed` in the same transaction.
+pub async fn set_status(
+    store: &Store,
+    tenant_id: &str,
+    provider: &str,
+    status: &str,
+    event: Option<super::webhooks::Event>,
+) -> Result<(), StoreError> {
     let (t, p, s) = (tenant_id.to_string(), provider.to_string(), status.to_string());
     store
-        .run(|pool, _| async move {
+        .run(|pool, backend| async move {
+            let mut tx = super::begin_write(&pool, backend).await?;
             sqlx::query("UPDATE provider_credentials SET status = $1 WHERE tenant_id = $2 AND provider = $3")
                 .bind(s)
                 .bind(t)
                 .bind(p)
-                .execute(&pool)
+                .execute(&mut *tx)
                 .await?;
+            if let Some(ev) = &event {
+                super::webhooks::enqueue::<sqlx::Any>(&mut tx, ev).await?;
+            }
+            tx.commit().await?;
             Ok(())
         })
         .await

@@ -249,6 +249,11 @@ where
         tx.insert_receipts(&sealed, &signer.key_id).await?;
         tx.insert_events(batch.drafts()).await?;
         tx.apply_spend(batch.drafts()).await?;
+        for d in batch.drafts() {
+            for ev in &d.outbox {
+                super::webhooks::enqueue::<DB>(&mut tx.tx, ev).await?;
+            }
+        }
         for chain in sealed.chains() {
             tx.set_head(chain.tenant_id, &chain.head).await?;
         }
@@ -456,6 +461,11 @@ impl SqliteAppender {
             )
             .and_then(|mut st| st.execute(rusqlite::params![tenant, key, period, cost]))
             .map_err(sqlite_err)?;
+        }
+        for d in batch.drafts() {
+            for ev in &d.outbox {
+                super::webhooks::enqueue_sqlite(&tx, ev).map_err(sqlite_err)?;
+            }
         }
         for chain in sealed.chains() {
             let (seq, hash, tenant) = (chain.head.seq as i64, &*chain.head.hash, &**chain.tenant_id);
@@ -971,6 +981,7 @@ mod tests {
             pack_version: if i.is_multiple_of(2) { "soc2@1".into() } else { String::new() },
             cache: CacheSide { result: "HIT", saved_tokens: i as u64, saved_usd: 0.25 },
             events,
+            outbox: Vec::new(),
             key_id: "key-1".into(),
         }
     }

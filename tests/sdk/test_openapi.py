@@ -43,7 +43,8 @@ def fuzz_gateway(standin, tmp_path):
     )
     data = tmp_path / "data"
     data.mkdir()
-    env = {"TOLLGATE_CONFIG": str(config)}
+    # Webhook URLs are rewritten to the stand-in on 127.0.0.1 (st_hooks.py): allow it.
+    env = {"TOLLGATE_CONFIG": str(config), "TOLLGATE_WEBHOOK_ALLOW_PRIVATE_URLS": "true"}
     # tests/sdk_python.rs makes a fresh PostgreSQL database when a server answers.
     if os.environ.get("TOLLGATE_FUZZ_DATABASE_URL"):
         env["TOLLGATE_DATABASE_URL"] = os.environ["TOLLGATE_FUZZ_DATABASE_URL"]

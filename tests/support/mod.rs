@@ -5,6 +5,7 @@
 pub mod google;
 pub mod http;
 pub mod otlp;
+pub mod receiver;
 pub mod standin;
 pub mod standin_cloud;
 pub mod standin_mcp;
