@@ -191,6 +191,21 @@ fn a_tool_call_is_checked_receipted_and_reaches_the_server_without_the_tollgate_
         assert!(csv.lines().nth(1).unwrap().ends_with(",tool_call"), "{csv}");
         let att = g.mgmt("GET", "/v1/compliance/attestation", Some(&g.key), None);
         assert_eq!(att.json()["totals"]["toolReceipts"], 4, "{}", att.text());
+        // Coverage: a control proven by ALLOWLIST lists the tool call the allowlist refused.
+        let cov = g.mgmt("GET", "/v1/compliance/coverage/owasp-llm-2025", Some(&g.key), None).json();
+        let control = cov["controls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["provenBy"].as_array().is_some_and(|p| p.iter().any(|x| x == "ALLOWLIST")))
+            .unwrap_or_else(|| panic!("a control proven by ALLOWLIST: {cov}"));
+        let id = control["id"].as_str().unwrap().replace(':', "%3A");
+        let path = format!("/v1/compliance/coverage/owasp-llm-2025/controls/{id}/receipts?limit=200");
+        let proving = g.mgmt("GET", &path, Some(&g.key), None).json();
+        assert!(
+            proving["receipts"].as_array().unwrap().iter().any(|r| r["kind"] == "tool_call"),
+            "tool receipts count in coverage: {proving}"
+        );
 
         // Metrics and /status.
         assert!(
