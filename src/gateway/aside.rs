@@ -203,17 +203,34 @@ impl Gateway {
         let call = provider.prepare(&env, &cred, target, raw, &client_header).await?;
         let resp = self.send_upstream(ctx, ProviderName::Anthropic, &cred, call).await?;
         let mut cx = crate::pipeline::Ctx::default();
+        let route = (Dialect::Anthropic, Flavor::Anthropic, ProviderName::Anthropic, false);
+        Ok(self.relay_aside(session, ctx, resp, route, &headers, &mut cx).await)
+    }
+
+    /// Relays a provider's answer to an aside call as it is (no translation, cache or receipt);
+    /// `route` is the dialect and error flavor the client speaks, the provider, and whether the
+    /// client asked for a stream.
+    pub(super) async fn relay_aside(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        resp: crate::upstream::UpstreamResponse<'_>,
+        route: (Dialect, Flavor, ProviderName, bool),
+        headers: &[(&'static str, String)],
+        cx: &mut crate::pipeline::Ctx,
+    ) -> Ending {
+        let (dialect, flavor, provider, stream) = route;
         let plan = relay::RelayPlan {
-            dialect: Dialect::Anthropic,
-            wire: Dialect::Anthropic,
-            stream: false,
+            dialect,
+            wire: dialect,
+            stream,
             translation: None,
-            flavor: Flavor::Anthropic,
-            provider: ProviderName::Anthropic.as_str(),
+            flavor,
+            provider: provider.as_str(),
             hide_usage_chunk: false,
-            headers: &headers,
+            headers,
             pipeline: &self.pipeline,
-            cx: &mut cx,
+            cx,
             capture_limit: None,
             read_model: false,
             stored: None,
@@ -221,7 +238,7 @@ impl Gateway {
         let relayed = Box::pin(relay::relay(session, resp, plan)).await;
         ctx.upstream = relayed.outcome;
         ctx.status = relayed.status;
-        Ok(relayed.ending)
+        relayed.ending
     }
 
     /// The tenant's allowlists and policies on a request that names only a model.

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::aside::Aside;
 use super::ending::Ending;
 use super::sse::event_data;
-use super::{body, relay, request, routes, Ctx, Gateway};
+use super::{body, request, routes, Ctx, Gateway};
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::plugins::guardrail;
@@ -410,25 +410,8 @@ impl Gateway {
         }
         let resp = self.send_upstream(ctx, ProviderName::OpenAi, &cred, call).await?;
         let headers = ctx.answer_headers();
-        let plan = relay::RelayPlan {
-            dialect: Dialect::Responses,
-            wire: Dialect::Responses,
-            stream,
-            translation: None,
-            flavor: Flavor::OpenAi,
-            provider: ProviderName::OpenAi.as_str(),
-            hide_usage_chunk: false,
-            headers: &headers,
-            pipeline: &self.pipeline,
-            cx: &mut cx,
-            capture_limit: None,
-            read_model: false,
-            stored: None,
-        };
-        let relayed = Box::pin(relay::relay(session, resp, plan)).await;
-        ctx.status = relayed.status;
-        ctx.upstream = relayed.outcome;
-        Ok(relayed.ending)
+        let route = (Dialect::Responses, Flavor::OpenAi, ProviderName::OpenAi, stream);
+        Ok(self.relay_aside(session, ctx, resp, route, &headers, &mut cx).await)
     }
 }
 
