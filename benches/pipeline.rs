@@ -48,7 +48,7 @@ fn snapshot() -> Arc<Snapshot> {
 
 fn bench_pipeline(c: &mut Criterion) {
     let snap = snapshot();
-    let checks = tollgate::plugins::table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(64 << 20, 1 << 20)));
+    let checks = tollgate::plugins::table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(64 << 20, 1 << 20)), None);
     let pipeline = Pipeline::new(checks);
     let body = json!({"model": "gpt-4o-mini", "max_tokens": 256, "messages": [
         {"role": "system", "content": "You are a helpful assistant for the support team of an online shop."},
@@ -72,7 +72,7 @@ fn bench_pipeline(c: &mut Criterion) {
             let mut ex = Exchange::fixture_in(snap.clone(), body);
             ex.key = key.clone();
             let mut cx = Ctx::default();
-            let _ = pipeline.on_request(&mut ex, &mut cx);
+            let _ = pipeline.on_request_now(&mut ex, &mut cx);
             let done = Outcome {
                 ex: &ex,
                 status: 200,

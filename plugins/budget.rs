@@ -1,23 +1,86 @@
 //! `BUDGET`: key, team-pool and tenant budgets. Reserve at request start (the request's
 //! answer cap priced from the table), settle on the real cost, so concurrent requests can
 //! overspend by at most one reservation.
+//!
+//! In one process the spend is the [`Ledger`]'s; with `cluster.redis_url` the reservation is
+//! one atomic script in Redis over every budget that applies (exact across instances), and the
+//! settlement a second one off the answer's path. The ledger still counts every cost (webhook
+//! thresholds, and the fallback when Redis does not answer).
 
 use std::sync::Arc;
 
-use crate::budget::Ledger;
+use crate::budget::{Exceeded, Ledger, Limit, Period};
+use crate::cluster::{budget::Held, Cluster, Scopes};
 use crate::error::{ApiError, ErrorKind};
+use crate::pipeline::shared::{Answer, Ask};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
 use crate::providers::Usage;
 use crate::receipts::{CheckName, CheckResult, Kind};
 
 pub struct Budget {
     ledger: Arc<Ledger>,
+    shared: Option<Arc<Cluster>>,
 }
 
 impl Budget {
-    pub fn new(ledger: Arc<Ledger>) -> Self {
-        Budget { ledger }
+    pub fn new(ledger: Arc<Ledger>, shared: Option<Arc<Cluster>>) -> Self {
+        Budget { ledger, shared }
     }
+
+    /// What the request holds until it settles: its answer cap (or tool call) priced.
+    fn amount(ex: &Exchange) -> f64 {
+        match ex.kind {
+            Kind::ToolCall => ex.snap.pricing.tool_cost(&ex.provider, ex.tool.as_deref().unwrap_or_default()),
+            Kind::ModelCall => {
+                ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()))
+            }
+        }
+    }
+
+    fn local(&self, ex: &Exchange, cx: &mut Ctx, limits: &[Limit]) -> Verdict {
+        match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), limits, Self::amount(ex), ex.now) {
+            Ok(r) => {
+                cx.budget = Some(r);
+                Verdict::Pass(CheckResult::Pass)
+            }
+            Err(x) => exceeded(&x),
+        }
+    }
+
+    /// Redis does not answer: `cluster.on_redis_down` decides.
+    fn without_store(&self, c: &Cluster, ex: &Exchange, cx: &mut Ctx, why: &str) -> Verdict {
+        c.fell_back("BUDGET");
+        if c.fail_open() {
+            let limits = ex.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
+            return self.local(ex, cx, &limits);
+        }
+        Verdict::Block(
+            CheckResult::Block,
+            ApiError::new(
+                ErrorKind::Unavailable,
+                format!("budgets are shared across gateway instances and the shared state is unreachable ({why}); retry shortly"),
+            )
+            .with_headers(vec![("retry-after", "1".into())]),
+        )
+    }
+}
+
+fn exceeded(x: &Exceeded) -> Verdict {
+    let period = match x.period {
+        Period::Monthly => "monthly",
+        Period::Total => "total",
+    };
+    Verdict::Block(
+        CheckResult::Block,
+        ApiError::new(
+            ErrorKind::BudgetExceeded,
+            format!(
+                "the {period} {} budget of ${:.4} would be exceeded (spent ${:.4}); ask for more with \
+                 POST /v1/budgets/requests",
+                x.scope, x.amount_usd, x.spent_usd
+            ),
+        ),
+    )
 }
 
 impl Check for Budget {
@@ -32,33 +95,50 @@ impl Check for Budget {
         if limits.is_empty() {
             return Verdict::Skip;
         }
-        let amount = match ex.kind {
-            Kind::ToolCall => ex.snap.pricing.tool_cost(&ex.provider, ex.tool.as_deref().unwrap_or_default()),
-            Kind::ModelCall => {
-                ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()))
+        match &self.shared {
+            None => self.local(ex, cx, &limits),
+            Some(c) if c.is_up() => {
+                let entries = crate::cluster::budget_entries(&limits, ex.now);
+                let reservation = uuid::Uuid::new_v4().simple().to_string();
+                cx.shared_budget = Some(Held { reservation: reservation.clone(), entries: entries.clone() });
+                Verdict::Ask(Ask::Budget { entries, amount_usd: Self::amount(ex), reservation })
             }
-        };
-        match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), &limits, amount, ex.now) {
-            Ok(r) => {
-                cx.budget = Some(r);
+            Some(c) => self.without_store(c, ex, cx, &c.reason()),
+        }
+    }
+
+    fn on_answer(&self, ex: &mut Exchange, cx: &mut Ctx, answer: Answer) -> Verdict {
+        let held = cx.shared_budget.take();
+        match (answer, &self.shared) {
+            (Answer::Budget(Ok(())), _) => {
+                cx.shared_budget = held;
                 Verdict::Pass(CheckResult::Pass)
             }
-            Err(x) => {
-                let period = match x.period {
-                    crate::budget::Period::Monthly => "monthly",
-                    crate::budget::Period::Total => "total",
+            (Answer::Budget(Err((i, used))), _) => {
+                let Some(e) = held.as_ref().and_then(|h| h.entries.get(i)) else {
+                    return exceeded(&Exceeded {
+                        scope: "key",
+                        scope_id: ex.key_id().to_string(),
+                        budget_id: None,
+                        amount_usd: 0.0,
+                        spent_usd: used,
+                        period: Period::Total,
+                    });
                 };
-                Verdict::Block(
-                    CheckResult::Block,
-                    ApiError::new(
-                        ErrorKind::BudgetExceeded,
-                        format!(
-                            "the {period} {} budget of ${:.4} would be exceeded (spent ${:.4}); ask for more with \
-                             POST /v1/budgets/requests",
-                            x.scope, x.amount_usd, x.spent_usd
-                        ),
-                    ),
-                )
+                let period = if e.period_key == crate::budget::TOTAL { Period::Total } else { Period::Monthly };
+                exceeded(&Exceeded {
+                    scope: e.scope,
+                    scope_id: e.scope_id.clone(),
+                    budget_id: None,
+                    amount_usd: e.limit_usd,
+                    spent_usd: used,
+                    period,
+                })
+            }
+            (Answer::Unavailable(why), Some(c)) => self.without_store(c, ex, cx, &why),
+            _ => {
+                let limits = ex.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
+                self.local(ex, cx, &limits)
             }
         }
     }
@@ -67,6 +147,10 @@ impl Check for Budget {
     fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
         let ex = done.ex;
         self.ledger.settle(cx.budget.take(), ex.tenant_id(), ex.key_id(), ex.team_id(), done.cost_usd, ex.now);
+        if let Some(c) = &self.shared {
+            let scopes = Scopes { key_id: ex.key_id(), team_id: ex.team_id(), tenant_id: ex.tenant_id() };
+            c.settle_budget(cx.shared_budget.take(), scopes, done.cost_usd, &crate::budget::month_key(ex.now));
+        }
     }
 }
 
@@ -89,7 +173,7 @@ mod tests {
         snap.budgets = Arc::new(BudgetBook::build(&[], [&record], []));
         let snap = Arc::new(snap);
         let key = Arc::new(crate::snapshot::KeyEntry::new(record, Default::default()));
-        let check = Budget::new(Arc::new(Ledger::new()));
+        let check = Budget::new(Arc::new(Ledger::new()), None);
 
         let mut first = Exchange::fixture_in(snap.clone(), body.clone());
         first.key = key.clone();

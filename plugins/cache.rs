@@ -1,19 +1,33 @@
 //! `CACHE`: exact-match answers per tenant, when a policy turns `cache.mode: exact` on.
+//!
+//! With `cluster.shared_cache` the answers are kept in Redis too: a miss in this process's
+//! memory asks Redis ([`Verdict::Ask`]) before it goes upstream, and every kept answer is
+//! written to both. Redis not answering is a miss, never a refusal.
 
 use std::sync::Arc;
 
 use crate::cache::{self, AnswerCache, Slot};
-use crate::pipeline::{Check, Ctx, Exchange, Outcome, Saved, Verdict};
+use crate::cluster::Cluster;
+use crate::pipeline::shared::{Answer, Ask};
+use crate::pipeline::{Cached, Check, Ctx, Exchange, Outcome, Saved, Verdict};
 use crate::receipts::{CheckName, CheckResult};
 
 pub struct Cache {
     store: Arc<AnswerCache>,
+    /// Set only when answers are shared (`cluster.shared_cache`).
+    shared: Option<Arc<Cluster>>,
 }
 
 impl Cache {
-    pub fn new(store: Arc<AnswerCache>) -> Self {
-        Cache { store }
+    pub fn new(store: Arc<AnswerCache>, shared: Option<Arc<Cluster>>) -> Self {
+        Cache { store, shared: shared.filter(|c| c.shared_cache) }
     }
+}
+
+fn hit(cx: &mut Ctx, hit: Cached) -> Verdict {
+    cx.cache_slot = None;
+    cx.saved = Some(Saved { tokens: hit.usage.prompt_tokens + hit.usage.completion_tokens, usd: hit.cost_usd });
+    Verdict::Serve(hit)
 }
 
 impl Check for Cache {
@@ -39,14 +53,17 @@ impl Check for Cache {
         if ex.no_cache {
             return Verdict::Pass(CheckResult::Bypass);
         }
-        match self.store.get(&key) {
-            Some(hit) => {
-                cx.cache_slot = None;
-                cx.saved =
-                    Some(Saved { tokens: hit.usage.prompt_tokens + hit.usage.completion_tokens, usd: hit.cost_usd });
-                Verdict::Serve(hit)
-            }
-            None => Verdict::Pass(CheckResult::Miss),
+        match (self.store.get(&key), &self.shared) {
+            (Some(found), _) => hit(cx, found),
+            (None, Some(c)) if c.is_up() => Verdict::Ask(Ask::Cache { key }),
+            (None, _) => Verdict::Pass(CheckResult::Miss),
+        }
+    }
+
+    fn on_answer(&self, _ex: &mut Exchange, cx: &mut Ctx, answer: Answer) -> Verdict {
+        match answer {
+            Answer::Cache(Some(found)) => hit(cx, found),
+            _ => Verdict::Pass(CheckResult::Miss),
         }
     }
 
@@ -54,6 +71,9 @@ impl Check for Cache {
     fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
         if let (Some(slot), Some(answer)) = (cx.cache_slot.take(), done.answer.as_ref()) {
             if (200..300).contains(&answer.status) {
+                if let Some(c) = &self.shared {
+                    c.cache_put(slot.key, answer, slot.ttl);
+                }
                 self.store.put(&slot, answer.clone());
             }
         }
@@ -71,7 +91,7 @@ mod tests {
 
     #[test]
     fn miss_then_hit_and_no_cache_bypasses() {
-        let cache = Cache::new(Arc::new(AnswerCache::new(1 << 20, 1 << 16)));
+        let cache = Cache::new(Arc::new(AnswerCache::new(1 << 20, 1 << 16)), None);
         let yaml = "cache: {mode: exact, ttlSeconds: 60}\n";
         let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
         let mut ex = exchange(yaml, body.clone());

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::budget::Ledger;
 use crate::cache::AnswerCache;
+use crate::cluster::Cluster;
 use crate::pipeline::Check;
 use crate::receipts::CheckName;
 
@@ -31,17 +32,18 @@ pub const ORDER: [CheckName; 6] = [
 ];
 
 /// The checks, built in [`ORDER`] over the long-lived state they keep (spend, cached answers).
-pub fn table(ledger: Arc<Ledger>, answers: Arc<AnswerCache>) -> Vec<Box<dyn Check>> {
+/// With `shared` (several processes, `cluster`), the counters and the cache live in Redis.
+pub fn table(ledger: Arc<Ledger>, answers: Arc<AnswerCache>, shared: Option<Arc<Cluster>>) -> Vec<Box<dyn Check>> {
     ORDER
         .iter()
         .map(|name| -> Box<dyn Check> {
             match name {
                 CheckName::Allowlist => Box::new(allowlist::Allowlist),
                 CheckName::Policy => Box::new(policy::Policy),
-                CheckName::RateLimit => Box::new(rate_limit::RateLimit),
-                CheckName::Budget => Box::new(budget::Budget::new(ledger.clone())),
+                CheckName::RateLimit => Box::new(rate_limit::RateLimit::new(shared.clone())),
+                CheckName::Budget => Box::new(budget::Budget::new(ledger.clone(), shared.clone())),
                 CheckName::Guardrail => Box::new(guardrail::Guardrail),
-                CheckName::Cache => Box::new(cache::Cache::new(answers.clone())),
+                CheckName::Cache => Box::new(cache::Cache::new(answers.clone(), shared.clone())),
                 CheckName::Upstream => unreachable!("the upstream call is the gateway's, not a check"),
             }
         })
@@ -54,7 +56,7 @@ mod tests {
 
     #[test]
     fn the_table_runs_in_order_under_its_own_names() {
-        let table = table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(1 << 20, 1 << 10)));
+        let table = table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(1 << 20, 1 << 10)), None);
         let names: Vec<CheckName> = table.iter().map(|c| c.name()).collect();
         assert_eq!(names, ORDER);
     }

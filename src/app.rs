@@ -27,6 +27,8 @@ pub struct App {
     pub signer: Arc<Signer>,
     /// The exact-match answer cache (outlives policy reloads).
     pub cache: Arc<crate::cache::AnswerCache>,
+    /// State shared with the other gateway processes (Redis); `None` in one process.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// OpenTelemetry traces; `None` when off (the default).
     pub telemetry: Option<crate::telemetry::Tracing>,
     pub started: Instant,

@@ -54,6 +54,7 @@ pub mod app;
 pub mod budget;
 pub mod cache;
 pub mod cli;
+pub mod cluster;
 pub mod compliance;
 pub mod config;
 pub mod error;

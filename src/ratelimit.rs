@@ -9,24 +9,26 @@
 
 use std::sync::{Arc, Mutex};
 
-const WINDOW_MS: i64 = 60_000;
+pub const WINDOW_MS: i64 = 60_000;
 
 #[derive(Debug, Default)]
 pub struct Windows {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct State {
-    start_ms: i64,
-    req: Pair,
-    tok: Pair,
+/// One key's two windows: when the current one started, and each one's requests and tokens.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct State {
+    pub start_ms: i64,
+    pub req: Pair,
+    pub tok: Pair,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Pair {
-    prev: f64,
-    cur: f64,
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+/// A count in the previous and the current window.
+pub struct Pair {
+    pub prev: f64,
+    pub cur: f64,
 }
 
 impl Pair {
@@ -65,6 +67,12 @@ impl Pair {
 }
 
 impl State {
+    /// [`State::roll`], for the equivalence test of the shared limiter.
+    #[cfg(test)]
+    pub(crate) fn roll_for_test(&mut self, now_ms: i64) {
+        self.roll(now_ms)
+    }
+
     /// Moves the windows forward to the one holding `now_ms`.
     fn roll(&mut self, now_ms: i64) {
         let start = now_ms - now_ms.rem_euclid(WINDOW_MS);
@@ -116,15 +124,37 @@ impl TokenAsk {
 /// Tokens held for a request until it settles.
 #[derive(Debug)]
 pub struct Reservation {
-    windows: Arc<Windows>,
+    place: Place,
     tokens: u64,
+    /// The window the request was counted in.
     start_ms: i64,
+}
+
+/// Where the windows live.
+#[derive(Debug)]
+enum Place {
+    Local(Arc<Windows>),
+    /// In the shared store (`cluster::rate`), under this key id.
+    Shared(Arc<str>),
 }
 
 impl Reservation {
     /// The tokens held.
     pub fn tokens(&self) -> u64 {
         self.tokens
+    }
+
+    /// A reservation the shared store made for key `key_id` in the window starting `start_ms`.
+    pub fn shared(key_id: Arc<str>, tokens: u64, start_ms: i64) -> Reservation {
+        Reservation { place: Place::Shared(key_id), tokens, start_ms }
+    }
+
+    /// The key id of a shared reservation, with the window it was counted in.
+    pub fn shared_key(&self) -> Option<(&Arc<str>, i64)> {
+        match &self.place {
+            Place::Shared(k) => Some((k, self.start_ms)),
+            Place::Local(_) => None,
+        }
     }
 }
 
@@ -195,6 +225,22 @@ pub fn acquire(
     out: &mut Headers,
 ) -> Result<Reservation, Limited> {
     let mut s = windows.state.lock().unwrap_or_else(|e| e.into_inner());
+    let tokens = admit(&mut s, rpm, tpm, ask, now_ms, out)?;
+    Ok(Reservation { place: Place::Local(windows.clone()), tokens, start_ms: s.start_ms })
+}
+
+/// The decision itself, on one key's windows: rolls them to `now_ms`, then either counts one
+/// request and the tokens it holds (returned) and appends the headers, or refuses. Pure: the
+/// in-process limiter runs it under the key's lock, and the shared limiter
+/// (`cluster::rate`) runs the same arithmetic in Redis and replays it here for the headers.
+pub fn admit(
+    s: &mut State,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    ask: TokenAsk,
+    now_ms: i64,
+    out: &mut Headers,
+) -> Result<u64, Limited> {
     s.roll(now_ms);
     let elapsed = now_ms - s.start_ms;
     let frac = elapsed as f64 / WINDOW_MS as f64;
@@ -223,60 +269,80 @@ pub fn acquire(
         }
     }
     if let Some(why) = refused {
-        let retry_after_ms = wait_ms.max(1) as u64;
-        let retry_s = secs(retry_after_ms as i64);
-        let mut headers = Vec::with_capacity(9);
-        push_headers(&mut headers, rpm, tpm, &s, used, elapsed);
-        headers.push(("retry-after", num(retry_s)));
-        headers.push(("retry-after-ms", num(retry_after_ms)));
-        let (what, message) = match why {
-            Why::Requests(l) => (
-                "requests",
-                format!("rate limit of {l} requests per minute reached for this key; retry in {retry_s} s"),
-            ),
-            Why::Tokens(l) => {
-                ("tokens", format!("rate limit of {l} tokens per minute reached for this key; retry in {retry_s} s"))
-            }
-            Why::TooBig(l) => {
-                // The OpenAI and Anthropic SDKs honour this over their own retry rules.
-                headers.push(("x-should-retry", "false".to_owned()));
-                let m = if ask.own_cap {
-                    format!(
-                        "this request may use up to {} tokens (prompt estimate + max_tokens), more than the \
-                         key's limit of {l} tokens per minute; lower max_tokens or shorten the prompt",
-                        ask.min
-                    )
-                } else {
-                    format!(
-                        "this request's prompt is about {} tokens, more than the key's limit of {l} tokens per \
-                         minute; shorten the prompt",
-                        ask.min
-                    )
-                };
-                ("tokens", m)
-            }
-        };
-        return Err(Limited { what, message, retry_after_ms, headers });
+        return Err(refusal(why, s, rpm, tpm, ask, used, elapsed, wait_ms));
     }
     s.req.cur += 1.0;
     s.tok.cur += tokens as f64;
-    push_headers(out, rpm, tpm, &s, (used.0 + 1.0, used.1 + tokens as f64), elapsed);
-    Ok(Reservation { windows: windows.clone(), tokens, start_ms: s.start_ms })
+    push_headers(out, rpm, tpm, s, (used.0 + 1.0, used.1 + tokens as f64), elapsed);
+    Ok(tokens)
 }
 
-/// Replaces the reserved token estimate by what the request really used.
+#[allow(clippy::too_many_arguments)]
+fn refusal(
+    why: Why,
+    s: &State,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    ask: TokenAsk,
+    used: (f64, f64),
+    elapsed: i64,
+    wait_ms: i64,
+) -> Limited {
+    let retry_after_ms = wait_ms.max(1) as u64;
+    let retry_s = secs(retry_after_ms as i64);
+    let mut headers = Vec::with_capacity(9);
+    push_headers(&mut headers, rpm, tpm, s, used, elapsed);
+    headers.push(("retry-after", num(retry_s)));
+    headers.push(("retry-after-ms", num(retry_after_ms)));
+    let (what, message) = match why {
+        Why::Requests(l) => {
+            ("requests", format!("rate limit of {l} requests per minute reached for this key; retry in {retry_s} s"))
+        }
+        Why::Tokens(l) => {
+            ("tokens", format!("rate limit of {l} tokens per minute reached for this key; retry in {retry_s} s"))
+        }
+        Why::TooBig(l) => {
+            // The OpenAI and Anthropic SDKs honour this over their own retry rules.
+            headers.push(("x-should-retry", "false".to_owned()));
+            let m = if ask.own_cap {
+                format!(
+                    "this request may use up to {} tokens (prompt estimate + max_tokens), more than the \
+                     key's limit of {l} tokens per minute; lower max_tokens or shorten the prompt",
+                    ask.min
+                )
+            } else {
+                format!(
+                    "this request's prompt is about {} tokens, more than the key's limit of {l} tokens per \
+                     minute; shorten the prompt",
+                    ask.min
+                )
+            };
+            ("tokens", m)
+        }
+    };
+    Limited { what, message, retry_after_ms, headers }
+}
+
+/// Replaces the reserved token estimate by what the request really used (in-process windows;
+/// a shared reservation is settled by `cluster::Cluster::settle_rate`).
 pub fn settle(r: Reservation, actual_tokens: u64, now_ms: i64) {
-    let mut s = r.windows.state.lock().unwrap_or_else(|e| e.into_inner());
+    let Place::Local(windows) = &r.place else { return };
+    let mut s = windows.state.lock().unwrap_or_else(|e| e.into_inner());
+    settle_on(&mut s, r.start_ms, actual_tokens as i64 - r.tokens as i64, now_ms);
+}
+
+/// Moves `delta` tokens on the window the reservation was taken in, if it is still one of the
+/// two the estimate reads. Pure, like [`admit`]; `cluster::rate` runs the same steps in Redis.
+pub fn settle_on(s: &mut State, start_ms: i64, delta: i64, now_ms: i64) {
     s.roll(now_ms);
-    let delta = actual_tokens as f64 - r.tokens as f64;
-    let slot = if s.start_ms == r.start_ms {
+    let slot = if s.start_ms == start_ms {
         &mut s.tok.cur
-    } else if s.start_ms - r.start_ms == WINDOW_MS {
+    } else if s.start_ms - start_ms == WINDOW_MS {
         &mut s.tok.prev
     } else {
         return;
     };
-    *slot = (*slot + delta).max(0.0);
+    *slot = (*slot + delta as f64).max(0.0);
 }
 
 #[cfg(test)]

@@ -74,6 +74,11 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let (receipts, writer) =
         crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout, checkpoint_every);
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
+    let cluster = crate::cluster::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
+        .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
+    if let Some(c) = &cluster {
+        rt.block_on(c.first_check(&store));
+    }
     let telemetry = crate::telemetry::Tracing::from_config(&cfg.telemetry).map_err(StartError::Telemetry)?;
     let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
     let tokens = Arc::new(crate::providers::vertex_auth::TokenCache::new(upstream.clone(), Default::default()));
@@ -89,6 +94,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         receipts,
         signer,
         cache,
+        cluster,
         telemetry,
         started: Instant::now(),
         local_gateway: App::local_gateway_path(&cfg_dir),
@@ -169,6 +175,9 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
     writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
     server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));
+    if let Some(cluster) = app.cluster.clone() {
+        server.add_service(background_service("shared state", SharedStateWatch { cluster, store: app.store.clone() }));
+    }
     server.add_service(background_service("snapshot refresh", Refresher { app }));
     Ok(server)
 }
@@ -217,6 +226,19 @@ impl BackgroundService for EarlyExit {
         if crate::receipts::writer::drained(&self.app.receipts.stats, grace).await {
             exit_after_shutdown(&self.app, true);
         }
+    }
+}
+
+/// Keeps the shared state's health current and its budget spend loaded (`cluster::Cluster::watch`).
+struct SharedStateWatch {
+    cluster: Arc<crate::cluster::Cluster>,
+    store: Store,
+}
+
+#[async_trait]
+impl BackgroundService for SharedStateWatch {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.cluster.clone().watch(self.store.clone(), shutdown).await
     }
 }
 

@@ -40,6 +40,17 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
             _ => return Err(invalid("TOLLGATE_RECEIPTS_COMMIT", "must be before_answer or after_answer")),
         };
     }
+    text(var, "TOLLGATE_REDIS_URL", &mut cfg.cluster.redis_url);
+    text(var, "TOLLGATE_REDIS_PREFIX", &mut cfg.cluster.redis_prefix);
+    if let Some(v) = var("TOLLGATE_REDIS_ON_DOWN") {
+        cfg.cluster.on_redis_down = match v.trim() {
+            "open" => super::OnRedisDown::Open,
+            "closed" => super::OnRedisDown::Closed,
+            _ => return Err(invalid("TOLLGATE_REDIS_ON_DOWN", "must be open or closed")),
+        };
+    }
+    number(var, "TOLLGATE_REDIS_TIMEOUT_MS", &mut cfg.cluster.redis_timeout_ms)?;
+    flag(var, "TOLLGATE_REDIS_SHARED_CACHE", &mut cfg.cluster.shared_cache)?;
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
     number(var, "TOLLGATE_WEBHOOK_RETRY_BASE_MS", &mut cfg.webhooks.retry_base_ms)?;

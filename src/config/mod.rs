@@ -38,6 +38,60 @@ pub struct Config {
     pub tool_servers: Vec<ToolServerConfig>,
     pub webhooks: WebhooksSection,
     pub billing: BillingSection,
+    pub cluster: ClusterSection,
+}
+
+/// What the checks that keep their counters in Redis do while it does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRedisDown {
+    /// Fall back to this process's own counters (limits hold per process, not across them).
+    Open,
+    /// Refuse requests that have a rate limit or a budget with 503 until Redis is back.
+    Closed,
+}
+
+impl OnRedisDown {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnRedisDown::Open => "open",
+            OnRedisDown::Closed => "closed",
+        }
+    }
+}
+
+/// Several gateway processes sharing rate limits, budgets and the cache (`cluster`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// `redis://[user:password@]host:port[/db]` (`TOLLGATE_REDIS_URL`). Empty: everything stays
+    /// in this process.
+    pub redis_url: String,
+    /// Prefix of every Redis key (`TOLLGATE_REDIS_PREFIX`): deployments sharing one Redis need
+    /// their own.
+    pub redis_prefix: String,
+    /// `open` or `closed` (`TOLLGATE_REDIS_ON_DOWN`).
+    pub on_redis_down: OnRedisDown,
+    /// The longest a request waits on Redis before the store counts as down.
+    pub redis_timeout_ms: u64,
+    /// Cached answers in Redis too, shared by every process (`TOLLGATE_REDIS_SHARED_CACHE`).
+    pub shared_cache: bool,
+    /// How long a budget reservation of a request in flight is held at most: the holds of a
+    /// process that died are released after this.
+    pub reservation_ttl_seconds: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            redis_url: String::new(),
+            redis_prefix: "tollgate:".into(),
+            on_redis_down: OnRedisDown::Open,
+            redis_timeout_ms: 100,
+            shared_cache: false,
+            reservation_ttl_seconds: 900,
+        }
+    }
 }
 
 /// A tool server of one tenant, from config. Its header values are secrets: they stay in the
@@ -374,6 +428,7 @@ impl Default for Config {
             providers: ProvidersSection::default(),
             compliance: ComplianceSection::default(),
             receipts: ReceiptsSection::default(),
+            cluster: ClusterSection::default(),
             telemetry: TelemetrySection::default(),
             webhooks: WebhooksSection::default(),
             billing: BillingSection::default(),

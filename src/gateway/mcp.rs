@@ -239,7 +239,7 @@ impl Gateway {
             no_cache: true,
             now: chrono::Utc::now(),
         };
-        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx);
+        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx).await;
         ctx.body_changed = ex.body_changed;
         let body =
             if ex.body_changed { Bytes::from(serde_json::to_vec(ex.body.json()).unwrap_or_default()) } else { raw };

@@ -54,7 +54,11 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(app: Arc<App>) -> Self {
         let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config), &app.config.upstream.ca_file);
-        let pipeline = Pipeline::new(crate::plugins::table(app.ledger.clone(), app.cache.clone()));
+        let mut pipeline =
+            Pipeline::new(crate::plugins::table(app.ledger.clone(), app.cache.clone(), app.cluster.clone()));
+        if let Some(c) = app.cluster.clone() {
+            pipeline = pipeline.with_shared(c);
+        }
         let owners = responses::Owners::new(app.store.clone());
         Gateway { app, upstream, pipeline, owners }
     }
@@ -214,7 +218,7 @@ impl Gateway {
     /// Runs one request up to its ending; an `Err` is answered as an envelope.
     async fn handle(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Ending, ApiError> {
         let mut admitted = self.admit(session, ctx).await?;
-        let (step, json) = self.decide(session, ctx, &mut admitted);
+        let (step, json) = self.decide(session, ctx, &mut admitted).await;
         match step {
             Step::Continue => {}
             Step::Block(e) => return Err(e),
@@ -266,14 +270,27 @@ impl Gateway {
 
     /// Decide: the checks, in table order. Returns how the request phase ended and, when the
     /// upstream needs an edited body, its JSON.
-    fn decide(&self, session: &Session, ctx: &mut Ctx, a: &mut Admitted) -> (Step, Option<serde_json::Value>) {
+    async fn decide(&self, session: &Session, ctx: &mut Ctx, a: &mut Admitted) -> (Step, Option<serde_json::Value>) {
+        let mut ex = self.exchange(session, ctx, a);
+        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx).await;
+        ctx.body_changed = ex.body_changed;
+        // The request checks are done with the body: it moves on to the upstream when the
+        // gateway must edit it (a redaction, or a stream that must report usage).
+        let json = (ex.body_changed || (ex.stream && a.route == Route::ChatCompletions) || a.translated())
+            .then(|| ex.body.take_json());
+        ctx.exchange = Some(ex);
+        (step, json)
+    }
+
+    /// The provider-neutral request the checks see.
+    fn exchange(&self, session: &Session, ctx: &Ctx, a: &mut Admitted) -> Exchange {
         let headers = &session.req_header().headers;
         let no_cache =
             headers.get_all(http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).any(|v| {
                 v.split(',').any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "no-cache" | "no-store"))
             });
         let parsed = &mut a.parsed;
-        let mut ex = Exchange {
+        Exchange {
             snap: ctx.snap.clone(),
             key: a.key.clone(),
             kind: Kind::ModelCall,
@@ -293,15 +310,7 @@ impl Gateway {
             body_changed: false,
             no_cache,
             now: chrono::Utc::now(),
-        };
-        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx);
-        ctx.body_changed = ex.body_changed;
-        // The request checks are done with the body: it moves on to the upstream when the
-        // gateway must edit it (a redaction, or a stream that must report usage).
-        let json = (ex.body_changed || (ex.stream && a.route == Route::ChatCompletions) || a.translated())
-            .then(|| ex.body.take_json());
-        ctx.exchange = Some(ex);
-        (step, json)
+        }
     }
 
     /// Forward: the provider's credential, the upstream call, and the relay of its answer.

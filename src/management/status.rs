@@ -132,6 +132,7 @@ pub async fn get(app: &App) -> Handled {
     }
     components.push(policies_component(app));
     components.push(webhooks_component(app).await);
+    components.push(shared_state_component(app));
 
     let overall = overall(&components);
     let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
@@ -223,6 +224,33 @@ async fn webhooks_component(app: &App) -> Component {
         s.endpoints, s.pending, s.failing_endpoints, s.given_up
     );
     component("webhooks", "background", status, false, detail)
+}
+
+/// Redis for several gateway processes: `unconfigured` in one process; `outage` while it does
+/// not answer (critical when `on_redis_down: closed`, since limited requests are refused then).
+fn shared_state_component(app: &App) -> Component {
+    let Some(c) = &app.cluster else {
+        return component(
+            "shared-state",
+            "core",
+            UNCONFIGURED,
+            false,
+            "in-process: no cluster.redis_url; rate limits, budgets and the cache are this process's own".into(),
+        );
+    };
+    let critical = !c.fail_open();
+    let cache = if c.shared_cache { "rate limits, budgets and the cache" } else { "rate limits and budgets" };
+    if c.is_up() {
+        let detail = format!("{} reachable; {cache} shared (on_redis_down: {})", c.address, c.on_down.as_str());
+        return component("shared-state", "core", "operational", critical, detail);
+    }
+    let fallback = if c.fail_open() {
+        "falling back to this process's own limits and budgets"
+    } else {
+        "requests with a rate limit or a budget are refused with 503"
+    };
+    let detail = format!("{} unreachable ({}); {fallback} until it answers", c.address, c.reason());
+    component("shared-state", "core", "outage", critical, detail)
 }
 
 /// Database errors can be long; the public page needs only their gist.

@@ -7,6 +7,7 @@
 //! structs and survives policy reloads.
 
 mod exchange;
+pub mod shared;
 
 pub use exchange::{estimate_prompt_tokens, Cached, Exchange, JsonBody, Outcome, ResponsePiece, Saved};
 
@@ -21,6 +22,12 @@ pub trait Check: Send + Sync + 'static {
     /// Runs before the upstream call, in table order, until one blocks or serves.
     /// May change the exchange (redaction) and must say so with [`Verdict::Redact`].
     fn on_request(&self, _ex: &mut Exchange, _cx: &mut Ctx) -> Verdict {
+        Verdict::Skip
+    }
+
+    /// The shared store's answer to the [`Verdict::Ask`] this check returned from
+    /// `on_request`; decides as `on_request` does (it may not ask again).
+    fn on_answer(&self, _ex: &mut Exchange, _cx: &mut Ctx, _answer: shared::Answer) -> Verdict {
         Verdict::Skip
     }
 
@@ -49,6 +56,9 @@ pub enum Verdict {
     Block(CheckResult, ApiError),
     /// Recorded as `HIT`: the answer comes from the cache, not the upstream.
     Serve(Cached),
+    /// Undecided until the shared store answers this (several gateway processes share the
+    /// counters): the pipeline sends it and calls [`Check::on_answer`]. Request side only.
+    Ask(shared::Ask),
 }
 
 /// The typed per-request state the checks share (no string-keyed bags).
@@ -64,6 +74,8 @@ pub struct Ctx {
     pub headers: Vec<(&'static str, String)>,
     pub rate: Option<crate::ratelimit::Reservation>,
     pub budget: Option<crate::budget::Reservation>,
+    /// The budget holds in the shared store (`cluster`), settled when the request ends.
+    pub shared_budget: Option<crate::cluster::budget::Held>,
     /// The answer-side guardrail state (armed by the request side).
     pub response_guard: Option<crate::plugins::guardrail::ResponseGuard>,
     /// The cache slot to fill with this request's answer (a miss or a bypass).
@@ -84,22 +96,37 @@ pub enum Step {
 
 pub struct Pipeline {
     checks: Vec<Box<dyn Check>>,
+    /// Where [`Verdict::Ask`]s go; `None` in one process (no check asks then).
+    shared: Option<std::sync::Arc<dyn shared::SharedStore>>,
 }
 
 impl Pipeline {
     pub fn new(checks: Vec<Box<dyn Check>>) -> Self {
-        Pipeline { checks }
+        Pipeline { checks, shared: None }
+    }
+
+    pub fn with_shared(mut self, store: std::sync::Arc<dyn shared::SharedStore>) -> Self {
+        self.shared = Some(store);
+        self
     }
 
     pub fn names(&self) -> Vec<CheckName> {
         self.checks.iter().map(|c| c.name()).collect()
     }
 
-    pub fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Step {
+    pub async fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Step {
         for check in &self.checks {
             let name = check.name();
-            match check.on_request(ex, cx) {
-                Verdict::Skip => {}
+            let mut verdict = check.on_request(ex, cx);
+            if let Verdict::Ask(ask) = verdict {
+                let answer = match &self.shared {
+                    Some(store) => store.ask(ask).await,
+                    None => shared::Answer::Unavailable("no shared store is configured".into()),
+                };
+                verdict = check.on_answer(ex, cx, answer);
+            }
+            match verdict {
+                Verdict::Skip | Verdict::Ask(_) => {}
                 Verdict::Pass(result) => record(&mut cx.checks, name, result),
                 Verdict::Redact => record(&mut cx.checks, name, CheckResult::Redact),
                 Verdict::Block(result, e) => {
@@ -115,13 +142,24 @@ impl Pipeline {
         Step::Continue
     }
 
+    /// [`Pipeline::on_request`] of a pipeline without a shared store, where no check waits:
+    /// decided in one poll (benches and tests drive the checks without a runtime).
+    pub fn on_request_now(&self, ex: &mut Exchange, cx: &mut Ctx) -> Step {
+        assert!(self.shared.is_none(), "a pipeline with a shared store may wait: await on_request");
+        let mut f = std::pin::pin!(self.on_request(ex, cx));
+        match std::future::Future::poll(f.as_mut(), &mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(step) => step,
+            std::task::Poll::Pending => unreachable!("no check waits without a shared store"),
+        }
+    }
+
     /// Runs the answer-side checks on one piece; `Err` when a check blocked the answer.
     /// Each check's strongest result over the whole answer is what gets recorded.
     pub fn on_response(&self, piece: &mut ResponsePiece, cx: &mut Ctx) -> Result<(), ApiError> {
         for check in &self.checks {
             let name = check.name();
             match check.on_response(piece, cx) {
-                Verdict::Skip | Verdict::Serve(_) => {}
+                Verdict::Skip | Verdict::Serve(_) | Verdict::Ask(_) => {}
                 Verdict::Pass(result) => raise(&mut cx.response_checks, name, result),
                 Verdict::Redact => raise(&mut cx.response_checks, name, CheckResult::Redact),
                 Verdict::Block(result, e) => {
@@ -181,7 +219,7 @@ mod tests {
         ]);
         let mut ex = Exchange::fixture(serde_json::json!({"model": "gpt-4o-mini", "messages": []}));
         let mut cx = Ctx::default();
-        let step = p.on_request(&mut ex, &mut cx);
+        let step = p.on_request_now(&mut ex, &mut cx);
         assert!(matches!(step, Step::Block(e) if e.kind == ErrorKind::RateLimited));
         let got: Vec<_> = cx.checks.iter().map(|c| format!("{}:{}", c.name, c.result)).collect();
         assert_eq!(got, ["ALLOWLIST:PASS", "RATELIMIT:BLOCK"]);

@@ -6,6 +6,7 @@ pub mod google;
 pub mod http;
 pub mod otlp;
 pub mod receiver;
+pub mod redis;
 pub mod standin;
 pub mod standin_cloud;
 pub mod standin_mcp;

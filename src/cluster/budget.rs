@@ -1,0 +1,126 @@
+//! Budget spend and reservations in Redis: reserve against key, team pool and tenant budgets
+//! in one atomic script, settle in a second one off the answer's path.
+//!
+//! Per scope entry and period one hash, `{prefix}b:{scope}:{id}:{period}`: `spent` (settled
+//! USD), `reserved` (held by requests in flight) and one field `r:{reservation}` per hold;
+//! beside it a sorted set `{prefix}bz:…` of each hold's deadline. A process that dies with
+//! holds leaves them until their deadline (`cluster.reservation_ttl_seconds`), when the next
+//! reservation on that entry reaps them.
+//!
+//! `spent` is rebuilt from PostgreSQL's `key_spend` (the durable record, moved with receipts)
+//! whenever the marker `{prefix}seeded` is missing: after a Redis restart or flush. Until the
+//! rebuild is done, reservations answer "not loaded" and the fault behaviour applies.
+
+use redis::Script;
+
+use crate::pipeline::shared::BudgetEntry;
+
+/// KEYS: marker, then (hash, zset) per entry. ARGV: now (0 = server clock), amount,
+/// reservation id, ttl ms, then one limit per entry.
+/// Returns {1} reserved, {0, i, used} entry i (1-based) is over, {-1} not loaded.
+const RESERVE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local amount, rid, ttl = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local h, z = KEYS[2 * i], KEYS[2 * i + 1]
+  local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+  for _, id in ipairs(dead) do
+    local a = redis.call('HGET', h, 'r:' .. id)
+    if a then
+      redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a))
+      redis.call('HDEL', h, 'r:' .. id)
+    end
+    redis.call('ZREM', z, id)
+  end
+end
+for i = 1, n do
+  local h = KEYS[2 * i]
+  local limit = tonumber(ARGV[4 + i])
+  local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
+  local reserved = math.max(tonumber(redis.call('HGET', h, 'reserved') or '0'), 0)
+  if not (spent < limit and spent + reserved + amount <= limit + 1e-9) then
+    return {0, i, tostring(spent + reserved)}
+  end
+end
+if amount > 0 then
+  for i = 1, n do
+    local h, z = KEYS[2 * i], KEYS[2 * i + 1]
+    redis.call('HINCRBYFLOAT', h, 'reserved', amount)
+    redis.call('HSET', h, 'r:' .. rid, amount)
+    redis.call('ZADD', z, now + ttl, rid)
+  end
+end
+return {1}
+"#;
+
+/// KEYS: (hash, zset) per held entry, then the spend hashes (total, month) per scope.
+/// ARGV: reservation id, number of held entries, actual cost, month ttl seconds.
+const SETTLE: &str = r#"
+local rid, n, cost, month_ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if cost > 0 then
+  for i = 2 * n + 1, #KEYS do
+    redis.call('HINCRBYFLOAT', KEYS[i], 'spent', cost)
+    if (i - 2 * n) % 2 == 0 then redis.call('EXPIRE', KEYS[i], month_ttl) end
+  end
+end
+for i = 1, n do
+  local h, z = KEYS[2 * i - 1], KEYS[2 * i]
+  local a = redis.call('HGET', h, 'r:' .. rid)
+  if a then
+    local left = tonumber(redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a)))
+    if left < 1e-9 then redis.call('HSET', h, 'reserved', 0) end
+    redis.call('HDEL', h, 'r:' .. rid)
+  end
+  redis.call('ZREM', z, rid)
+end
+return 1
+"#;
+
+/// KEYS: the hashes; ARGV: their spend from the database. Each `spent` becomes the larger of
+/// the two (Redis may already hold spend settled after the database was read).
+const SEED: &str = r#"
+for i = 1, #KEYS do
+  local cur = tonumber(redis.call('HGET', KEYS[i], 'spent') or '0')
+  local db = tonumber(ARGV[i])
+  if db > cur then redis.call('HSET', KEYS[i], 'spent', ARGV[i]) end
+end
+return #KEYS
+"#;
+
+pub(super) struct Scripts {
+    pub reserve: Script,
+    pub settle: Script,
+    pub seed: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts { reserve: Script::new(RESERVE), settle: Script::new(SETTLE), seed: Script::new(SEED) }
+    }
+}
+
+/// Monthly spend hashes outlive their month by a little (a month is at most 31 days).
+pub(super) const MONTH_TTL_SECONDS: i64 = 40 * 24 * 3600;
+
+/// The hash of one scope entry's spend in one period.
+pub(super) fn hash_key(prefix: &str, scope: &str, scope_id: &str, period_key: &str) -> String {
+    format!("{prefix}b:{scope}:{scope_id}:{period_key}")
+}
+
+/// The sorted set of its holds' deadlines.
+pub(super) fn zset_key(prefix: &str, scope: &str, scope_id: &str, period_key: &str) -> String {
+    format!("{prefix}bz:{scope}:{scope_id}:{period_key}")
+}
+
+/// What a request holds in Redis until it settles.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub reservation: String,
+    pub entries: Vec<BudgetEntry>,
+}

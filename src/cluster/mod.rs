@@ -1,0 +1,567 @@
+//! State several gateway processes share (`cluster.redis_url` / `TOLLGATE_REDIS_URL`): rate
+//! windows, budget spend and reservations, and (optionally) cached answers, in Redis. Without
+//! it every process keeps its own (the embedded default).
+//!
+//! The checks stay free of I/O: they ask ([`crate::pipeline::Verdict::Ask`]) and this answers,
+//! one round trip per ask (a Lua script sent by hash). Settling is a second script, sent from a
+//! task off the answer's path.
+//!
+//! Faults: every call is bounded by `cluster.redis_timeout_ms`. A failure marks the store down;
+//! while down no request waits on it (each ask answers `Unavailable` at once) and the checks
+//! apply `cluster.on_redis_down`: `open` falls back to the per-process counters, `closed`
+//! refuses with 503. A watcher pings every 200 ms while down (every second while up), brings
+//! the store back as soon as it answers, and rebuilds budget spend from the database when Redis
+//! lost it.
+
+pub mod budget;
+pub mod rate;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::{register_counter, register_int_counter_vec, register_int_gauge, Counter, IntCounterVec, IntGauge};
+use redis::aio::ConnectionManager;
+
+use crate::config::{ClusterSection, OnRedisDown};
+use crate::pipeline::shared::{Answer, Ask, BudgetEntry, SharedStore};
+use crate::pipeline::Cached;
+use crate::store::Store;
+
+struct ClusterMetrics {
+    up: IntGauge,
+    down_seconds: Counter,
+    errors: IntCounterVec,
+    fallbacks: IntCounterVec,
+}
+
+static METRICS: LazyLock<ClusterMetrics> = LazyLock::new(|| ClusterMetrics {
+    up: register_int_gauge!("tollgate_shared_state_up", "1 while the shared state (Redis) answers, else 0")
+        .expect("register tollgate_shared_state_up"),
+    down_seconds: register_counter!(
+        "tollgate_shared_state_unavailable_seconds_total",
+        "Seconds the shared state (Redis) was configured but unreachable"
+    )
+    .expect("register tollgate_shared_state_unavailable_seconds_total"),
+    errors: register_int_counter_vec!(
+        "tollgate_shared_state_errors_total",
+        "Failed or timed-out calls to the shared state, by operation",
+        &["op"]
+    )
+    .expect("register tollgate_shared_state_errors_total"),
+    fallbacks: register_int_counter_vec!(
+        "tollgate_shared_state_fallbacks_total",
+        "Checks decided without the shared state, by check and fault behaviour (open|closed)",
+        &["check", "mode"]
+    )
+    .expect("register tollgate_shared_state_fallbacks_total"),
+});
+
+pub struct Cluster {
+    conn: ConnectionManager,
+    /// Prefix of every key, so deployments (and tests) can share one Redis.
+    prefix: String,
+    pub on_down: OnRedisDown,
+    timeout: Duration,
+    reservation_ttl_ms: i64,
+    /// Cached answers in Redis too (`cluster.shared_cache`).
+    pub shared_cache: bool,
+    max_entry_bytes: usize,
+    up: AtomicBool,
+    /// Why it is down (no secrets: error kinds and addresses only).
+    reason: Mutex<String>,
+    /// Wakes the watcher at once (a call failed, spend is not loaded).
+    wake: tokio::sync::Notify,
+    /// Where settlements run (the process-wide database runtime).
+    rt: tokio::runtime::Handle,
+    /// Where Redis is, without credentials.
+    pub address: String,
+    rate: rate::Scripts,
+    budget: budget::Scripts,
+}
+
+/// `redis://user:password@host:port/db` without the part before `@`.
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+impl Cluster {
+    /// The shared store of `cfg`, or `None` without `redis_url`. Does not wait for Redis:
+    /// a store unreachable at start is down, with the fault behaviour, until it answers.
+    pub fn connect(cfg: &ClusterSection, max_entry_bytes: usize) -> Result<Option<Arc<Cluster>>, String> {
+        if cfg.redis_url.trim().is_empty() {
+            return Ok(None);
+        }
+        let address = without_credentials(cfg.redis_url.trim());
+        let client = redis::Client::open(cfg.redis_url.trim())
+            .map_err(|e| format!("cluster.redis_url ({address}): {}", e.category()))?;
+        let timeout = Duration::from_millis(cfg.redis_timeout_ms.max(1));
+        let conf = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let rt = crate::store::db_runtime();
+        let conn = {
+            let _in = rt.enter();
+            ConnectionManager::new_lazy_with_config(client, conf)
+                .map_err(|e| format!("cluster.redis_url ({address}): {}", e.category()))?
+        };
+        METRICS.up.set(0);
+        Ok(Some(Arc::new(Cluster {
+            conn,
+            prefix: cfg.redis_prefix.clone(),
+            on_down: cfg.on_redis_down,
+            timeout,
+            reservation_ttl_ms: (cfg.reservation_ttl_seconds.max(1) * 1000) as i64,
+            shared_cache: cfg.shared_cache,
+            max_entry_bytes,
+            up: AtomicBool::new(false),
+            reason: Mutex::new("not reached yet".into()),
+            wake: tokio::sync::Notify::new(),
+            rt: rt.handle().clone(),
+            address,
+            rate: rate::Scripts::new(),
+            budget: budget::Scripts::new(),
+        })))
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    pub fn fail_open(&self) -> bool {
+        self.on_down == OnRedisDown::Open
+    }
+
+    /// Why the store is down, for messages and `/status`.
+    pub fn reason(&self) -> String {
+        self.reason.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Counts a check decided without the store.
+    pub fn fell_back(&self, check: &str) {
+        METRICS.fallbacks.with_label_values(&[check, self.on_down.as_str()]).inc();
+    }
+
+    fn set_down(&self, why: String) {
+        if self.up.swap(false, Ordering::Relaxed) {
+            log::warn!("shared state ({}) unreachable: {why}; checks apply cluster.on_redis_down", self.address);
+        }
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = why;
+        METRICS.up.set(0);
+        self.wake.notify_one();
+    }
+
+    fn set_up(&self) {
+        if !self.up.swap(true, Ordering::Relaxed) {
+            log::info!("shared state ({}) reachable", self.address);
+        }
+        METRICS.up.set(1);
+    }
+
+    /// A call's error: down for I/O and timeouts; other errors (a script bug) are only logged.
+    fn failed(&self, op: &'static str, e: &redis::RedisError) -> String {
+        METRICS.errors.with_label_values(&[op]).inc();
+        let why = format!("{op}: {}", e.category());
+        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+            self.set_down(why.clone());
+        } else {
+            log::error!("shared state {op} failed: {e}");
+        }
+        why
+    }
+
+    fn timed_out(&self, op: &'static str) -> String {
+        METRICS.errors.with_label_values(&[op]).inc();
+        let why = format!("{op}: no answer within {} ms", self.timeout.as_millis());
+        self.set_down(why.clone());
+        why
+    }
+
+    fn key(&self, parts: std::fmt::Arguments<'_>) -> String {
+        format!("{}{}", self.prefix, parts)
+    }
+
+    async fn answer(&self, ask: Ask) -> Answer {
+        if !self.is_up() {
+            return Answer::Unavailable(self.reason());
+        }
+        let op = match &ask {
+            Ask::Rate { .. } => "rate",
+            Ask::Budget { .. } => "budget",
+            Ask::Cache { .. } => "cache",
+        };
+        match tokio::time::timeout(self.timeout, self.call(ask)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => Answer::Unavailable(self.failed(op, &e)),
+            Err(_) => Answer::Unavailable(self.timed_out(op)),
+        }
+    }
+
+    async fn call(&self, ask: Ask) -> redis::RedisResult<Answer> {
+        let mut conn = self.conn.clone();
+        match ask {
+            Ask::Rate { key_id, rpm, tpm, ask } => {
+                let [r, t, min, max] = rate::admit_args(rpm, tpm, ask);
+                let key = self.key(format_args!("rl:{key_id}"));
+                let reply: Vec<i64> =
+                    self.rate.admit.key(key).arg(0).arg(r).arg(t).arg(min).arg(max).invoke_async(&mut conn).await?;
+                Ok(match rate::counts(&reply) {
+                    Some(c) => Answer::Rate(c),
+                    None => Answer::Unavailable("unexpected reply from the rate script".into()),
+                })
+            }
+            Ask::Budget { entries, amount_usd, reservation } => {
+                let marker = self.key(format_args!("seeded"));
+                let mut inv = self.budget.reserve.prepare_invoke();
+                inv.key(marker);
+                for e in &entries {
+                    inv.key(budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
+                    inv.key(budget::zset_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
+                }
+                inv.arg(0).arg(amount_usd).arg(&reservation).arg(self.reservation_ttl_ms);
+                for e in &entries {
+                    inv.arg(e.limit_usd);
+                }
+                let reply: Vec<redis::Value> = inv.invoke_async(&mut conn).await?;
+                Ok(budget_answer(&reply, self))
+            }
+            Ask::Cache { key } => {
+                let k = self.key(format_args!("c:{}", hex::encode(key)));
+                let got: Option<Vec<u8>> = redis::cmd("GET").arg(k).query_async(&mut conn).await?;
+                Ok(Answer::Cache(got.and_then(|b| decode_cached(&b))))
+            }
+        }
+    }
+
+    /// Runs `f` on the settlement runtime, bounded by the timeout; errors mark the store down.
+    fn spawn_call<F>(self: &Arc<Self>, op: &'static str, f: F)
+    where
+        F: Future<Output = redis::RedisResult<()>> + Send + 'static,
+    {
+        if !self.is_up() {
+            METRICS.errors.with_label_values(&[op]).inc();
+            return;
+        }
+        let me = self.clone();
+        self.rt.spawn(async move {
+            match tokio::time::timeout(me.timeout, f).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    me.failed(op, &e);
+                }
+                Err(_) => {
+                    me.timed_out(op);
+                }
+            }
+        });
+    }
+
+    /// Moves a shared rate reservation from its estimate to the tokens really used.
+    pub fn settle_rate(self: &Arc<Self>, key_id: &str, start_ms: i64, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        let mut conn = self.conn.clone();
+        let key = self.key(format_args!("rl:{key_id}"));
+        let me = self.clone();
+        self.spawn_call("rate_settle", async move {
+            let _: i64 = me.rate.settle.key(key).arg(0).arg(start_ms).arg(delta).invoke_async(&mut conn).await?;
+            Ok(())
+        });
+    }
+
+    /// Records the actual cost on the key, its team and its tenant (this month and all time)
+    /// and releases the request's holds, in one script.
+    pub fn settle_budget(self: &Arc<Self>, held: Option<budget::Held>, scopes: Scopes<'_>, cost_usd: f64, month: &str) {
+        let cost = if cost_usd.is_finite() && cost_usd > 0.0 { cost_usd } else { 0.0 };
+        if held.is_none() && cost == 0.0 {
+            return;
+        }
+        let mut keys = Vec::with_capacity(12);
+        let (rid, n) = match &held {
+            Some(h) => {
+                for e in &h.entries {
+                    keys.push(budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
+                    keys.push(budget::zset_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
+                }
+                (h.reservation.clone(), h.entries.len())
+            }
+            None => (String::new(), 0),
+        };
+        for (scope, id) in scopes.iter() {
+            keys.push(budget::hash_key(&self.prefix, scope, id, crate::budget::TOTAL));
+            keys.push(budget::hash_key(&self.prefix, scope, id, month));
+        }
+        let mut conn = self.conn.clone();
+        let me = self.clone();
+        self.spawn_call("budget_settle", async move {
+            let mut inv = me.budget.settle.prepare_invoke();
+            for k in keys {
+                inv.key(k);
+            }
+            inv.arg(rid).arg(n).arg(cost).arg(budget::MONTH_TTL_SECONDS);
+            let _: i64 = inv.invoke_async(&mut conn).await?;
+            Ok(())
+        });
+    }
+
+    /// Keeps an answer in the shared cache for `ttl` (if it is small enough).
+    pub fn cache_put(self: &Arc<Self>, key: [u8; 32], answer: &Cached, ttl: Duration) {
+        if !self.shared_cache || answer.body.len() > self.max_entry_bytes || ttl.is_zero() {
+            return;
+        }
+        let bytes = encode_cached(answer);
+        let mut conn = self.conn.clone();
+        let k = self.key(format_args!("c:{}", hex::encode(key)));
+        let ms = ttl.as_millis().min(u64::MAX as u128) as u64;
+        self.spawn_call("cache_put", async move {
+            redis::cmd("SET").arg(k).arg(bytes).arg("PX").arg(ms).query_async::<()>(&mut conn).await
+        });
+    }
+
+    /// The watcher's first round, before the gateway listens: a Redis that answers is in use
+    /// from the first request (not from the watcher's first tick).
+    pub async fn first_check(&self, store: &Store) {
+        match tokio::time::timeout(self.timeout.max(Duration::from_secs(2)), self.check(store)).await {
+            Ok(Ok(())) => self.set_up(),
+            Ok(Err(why)) => self.set_down(why),
+            Err(_) => self.set_down("no answer at start".into()),
+        }
+    }
+
+    /// Pings, catches up with Redis coming and going, and rebuilds budget spend from the
+    /// database when Redis has lost it; until `shutdown` says stop.
+    pub async fn watch(self: Arc<Self>, store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut last = Instant::now();
+        loop {
+            let wait = if self.is_up() { Duration::from_secs(1) } else { Duration::from_millis(200) };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.wake.notified() => {}
+                _ = shutdown.changed() => return,
+            }
+            if !self.is_up() {
+                METRICS.down_seconds.inc_by(last.elapsed().as_secs_f64());
+            }
+            last = Instant::now();
+            match tokio::time::timeout(self.timeout.max(Duration::from_millis(500)), self.check(&store)).await {
+                Ok(Ok(())) => self.set_up(),
+                Ok(Err(why)) => self.set_down(why),
+                Err(_) => self.set_down(format!(
+                    "no answer within {} ms",
+                    self.timeout.max(Duration::from_millis(500)).as_millis()
+                )),
+            }
+        }
+    }
+
+    /// One round of the watcher: a ping, then the spend marker (rebuilding spend if missing).
+    async fn check(&self, store: &Store) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        let marker = self.key(format_args!("seeded"));
+        let seeded: bool = redis::cmd("EXISTS")
+            .arg(&marker)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("ping: {}", e.category()))?;
+        if !seeded {
+            self.seed(store, &mut conn).await?;
+            redis::cmd("SET")
+                .arg(&marker)
+                .arg(1)
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| format!("seed: {}", e.category()))?;
+            log::info!("shared state ({}): budget spend loaded from the database", self.address);
+        }
+        Ok(())
+    }
+
+    /// Writes `key_spend` (this month and all time, by key, team and tenant) into Redis, each
+    /// figure the larger of the database's and what Redis already counts.
+    async fn seed(&self, store: &Store, conn: &mut ConnectionManager) -> Result<(), String> {
+        let now = chrono::Utc::now();
+        let periods = [crate::budget::TOTAL.to_string(), crate::budget::month_key(now)];
+        let rows = crate::store::spend::current(store, &periods).await.map_err(|e| format!("seed: database: {e}"))?;
+        let mut sums: std::collections::BTreeMap<String, f64> = Default::default();
+        for r in rows {
+            let mut add = |scope: &str, id: &str| {
+                *sums.entry(budget::hash_key(&self.prefix, scope, id, &r.period)).or_default() += r.cost_usd;
+            };
+            add("key", &r.key_id);
+            if let Some(team) = &r.team_id {
+                add("team", team);
+            }
+            add("tenant", &r.tenant_id);
+        }
+        let all: Vec<(String, f64)> = sums.into_iter().collect();
+        for chunk in all.chunks(500) {
+            let mut inv = self.budget.seed.prepare_invoke();
+            for (k, v) in chunk {
+                inv.key(k).arg(*v);
+            }
+            let _: i64 = inv.invoke_async(conn).await.map_err(|e| format!("seed: {}", e.category()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The key, its team and its tenant: where a request's cost is counted.
+#[derive(Debug, Clone, Copy)]
+pub struct Scopes<'a> {
+    pub key_id: &'a str,
+    pub team_id: Option<&'a str>,
+    pub tenant_id: &'a str,
+}
+
+impl<'a> Scopes<'a> {
+    fn iter(&self) -> impl Iterator<Item = (&'static str, &'a str)> {
+        [("key", Some(self.key_id)), ("team", self.team_id), ("tenant", Some(self.tenant_id))]
+            .into_iter()
+            .filter_map(|(s, id)| id.map(|id| (s, id)))
+    }
+}
+
+fn budget_answer(reply: &[redis::Value], c: &Cluster) -> Answer {
+    use redis::FromRedisValue;
+    let int = |i: usize| reply.get(i).and_then(|v| i64::from_redis_value_ref(v).ok());
+    match int(0) {
+        Some(1) => Answer::Budget(Ok(())),
+        Some(0) => {
+            let i = int(1).unwrap_or(1).max(1) as usize - 1;
+            let used = reply.get(2).and_then(|v| String::from_redis_value_ref(v).ok()).and_then(|s| s.parse().ok());
+            Answer::Budget(Err((i, used.unwrap_or(0.0))))
+        }
+        Some(-1) => {
+            c.wake.notify_one();
+            Answer::Unavailable("budget spend is being loaded into Redis from the database".into())
+        }
+        _ => Answer::Unavailable("unexpected reply from the budget script".into()),
+    }
+}
+
+impl SharedStore for Cluster {
+    fn ask(&self, ask: Ask) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
+        Box::pin(self.answer(ask))
+    }
+}
+
+/// The entries a request reserves against: one per scope, id and period, at the smallest
+/// limit on it (a key's `budgetUsd` and a key budget row count the request once).
+pub fn budget_entries(limits: &[crate::budget::Limit], now: chrono::DateTime<chrono::Utc>) -> Vec<BudgetEntry> {
+    let mut out: Vec<BudgetEntry> = Vec::with_capacity(limits.len());
+    for l in limits {
+        let period_key = l.period.key(now);
+        match out.iter_mut().find(|e| e.scope == l.scope && e.scope_id == l.scope_id && e.period_key == period_key) {
+            Some(e) => e.limit_usd = e.limit_usd.min(l.amount_usd),
+            None => out.push(BudgetEntry {
+                scope: l.scope,
+                scope_id: l.scope_id.clone(),
+                period_key,
+                limit_usd: l.amount_usd,
+            }),
+        }
+    }
+    out
+}
+
+/// A cached answer as Redis keeps it: one JSON line of metadata, then the body's bytes.
+fn encode_cached(a: &Cached) -> Vec<u8> {
+    let u = &a.usage;
+    let meta = serde_json::json!({
+        "status": a.status,
+        "contentType": a.content_type,
+        "usage": [u.prompt_tokens, u.completion_tokens, u.cache_read_tokens, u.cache_write_tokens,
+                  u.cache_write_1h_tokens, u.reasoning_tokens],
+        "costUsd": a.cost_usd,
+    });
+    let mut out = serde_json::to_vec(&meta).unwrap_or_default();
+    out.push(b'\n');
+    out.extend_from_slice(&a.body);
+    out
+}
+
+fn decode_cached(b: &[u8]) -> Option<Cached> {
+    let nl = b.iter().position(|&c| c == b'\n')?;
+    let meta: serde_json::Value = serde_json::from_slice(&b[..nl]).ok()?;
+    let u: Vec<u64> = meta["usage"].as_array()?.iter().map(|v| v.as_u64().unwrap_or(0)).collect();
+    let [prompt, completion, cache_read, cache_write, cache_write_1h, reasoning] = <[u64; 6]>::try_from(u).ok()?;
+    Some(Cached {
+        status: u16::try_from(meta["status"].as_u64()?).ok()?,
+        content_type: meta["contentType"].as_str()?.to_string(),
+        body: bytes::Bytes::copy_from_slice(&b[nl + 1..]),
+        usage: crate::providers::Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
+            cache_write_1h_tokens: cache_write_1h,
+            reasoning_tokens: reasoning,
+        },
+        cost_usd: meta["costUsd"].as_f64()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_credentials() {
+        assert_eq!(without_credentials("redis://:s3cret@10.0.0.1:6379/2"), "redis://10.0.0.1:6379/2");
+        assert_eq!(without_credentials("redis://u:p@h:1"), "redis://h:1");
+        assert_eq!(without_credentials("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    #[test]
+    fn cached_answers_round_trip() {
+        let a = Cached {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            body: bytes::Bytes::from_static(b"data: {\"x\":1}\n\ndata: [DONE]\n\n"),
+            usage: crate::providers::Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3,
+                cache_read_tokens: 2,
+                ..Default::default()
+            },
+            cost_usd: 0.000125,
+        };
+        let b = decode_cached(&encode_cached(&a)).unwrap();
+        assert_eq!((b.status, b.content_type.as_str(), &b.body[..]), (200, "text/event-stream", &a.body[..]));
+        assert_eq!(b.usage, a.usage);
+        assert_eq!(b.cost_usd, a.cost_usd);
+        assert!(decode_cached(b"not a cached answer").is_none());
+    }
+
+    #[test]
+    fn one_entry_per_scope_and_period_at_the_smallest_limit() {
+        use crate::budget::{Limit, Period};
+        let now = chrono::Utc::now();
+        let l = |scope, id: &str, amount, period| Limit {
+            budget_id: None,
+            scope,
+            scope_id: id.into(),
+            amount_usd: amount,
+            period,
+        };
+        let e = budget_entries(
+            &[
+                l("key", "k", 5.0, Period::Total),
+                l("key", "k", 2.0, Period::Total),
+                l("tenant", "t", 9.0, Period::Monthly),
+            ],
+            now,
+        );
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].limit_usd, 2.0);
+        assert_eq!(e[1].period_key, crate::budget::month_key(now));
+    }
+}

@@ -1,0 +1,205 @@
+//! Per-key rate windows in Redis: the in-process limiter's arithmetic (`ratelimit::admit` and
+//! `ratelimit::settle_on`), run by Lua so that a request's admission over all its limits is
+//! one atomic round trip whichever instance it reaches.
+//!
+//! One hash per key: `s` (the current window's start), `rp`/`rc` (requests in the previous and
+//! current window), `tp`/`tc` (tokens). Counts are integers, so Lua's doubles and Rust's f64
+//! compute the same estimate from them; `tests/cluster_redis.rs` pins the two to each other.
+//! The clock is Redis's own (`TIME`), one clock for every instance; a test may pass its own.
+
+use redis::Script;
+
+use crate::pipeline::shared::RateCounts;
+use crate::ratelimit::{Pair, State, TokenAsk};
+
+/// Shared prologue: `now`, the rolled windows. ARGV[1] = now in ms, 0 = the server's clock.
+const ROLL: &str = r#"
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local v = redis.call('HMGET', KEYS[1], 's', 'rp', 'rc', 'tp', 'tc')
+local s = tonumber(v[1]) or 0
+local rp, rc = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+local tp, tc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+local start = now - (now % 60000)
+if start ~= s then
+  if start - s == 60000 then rp, tp = rc, tc else rp, tp = 0, 0 end
+  rc, tc = 0, 0
+  s = start
+end
+"#;
+
+/// ARGV: now, rpm (-1 = none), tpm (-1 = none), ask.min, ask.max.
+/// Returns {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
+const ADMIT: &str = r#"
+local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
+local amin, amax = tonumber(ARGV[4]), tonumber(ARGV[5])
+local frac = (now - s) / 60000
+local used_r = rp * (1.0 - frac) + rc
+local used_t = tp * (1.0 - frac) + tc
+local ok = 1
+if rpm >= 0 and used_r + 1.0 > rpm then ok = 0 end
+local tokens = 0
+if tpm >= 0 then
+  if amin > tpm or used_t + amin > tpm then
+    ok = 0
+  else
+    local room = math.floor(tpm - used_t)
+    if room < 0 then room = 0 end
+    tokens = math.max(math.min(amax, room), amin)
+  end
+end
+if ok == 1 then
+  redis.call('HSET', KEYS[1], 's', s, 'rp', rp, 'rc', rc + 1, 'tp', tp, 'tc', tc + tokens)
+  redis.call('PEXPIRE', KEYS[1], 180000)
+end
+return {ok, now, s, rp, rc, tp, tc, tokens}
+"#;
+
+/// ARGV: now, the reservation's window start, token delta. Moves the delta like
+/// `ratelimit::settle_on`.
+const SETTLE: &str = r#"
+local from, delta = tonumber(ARGV[2]), tonumber(ARGV[3])
+if s == from then
+  tc = math.max(tc + delta, 0)
+elseif s - from == 60000 then
+  tp = math.max(tp + delta, 0)
+else
+  return 0
+end
+redis.call('HSET', KEYS[1], 's', s, 'rp', rp, 'rc', rc, 'tp', tp, 'tc', tc)
+redis.call('PEXPIRE', KEYS[1], 180000)
+return 1
+"#;
+
+pub(super) struct Scripts {
+    pub admit: Script,
+    pub settle: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts { admit: Script::new(&format!("{ROLL}{ADMIT}")), settle: Script::new(&format!("{ROLL}{SETTLE}")) }
+    }
+}
+
+/// `-1` for "no limit" (Lua has no `nil` in ARGV).
+pub(super) fn limit_arg(l: Option<u64>) -> i64 {
+    l.map(|v| v.min(i64::MAX as u64) as i64).unwrap_or(-1)
+}
+
+pub(super) fn admit_args(rpm: Option<u64>, tpm: Option<u64>, ask: TokenAsk) -> [i64; 4] {
+    [limit_arg(rpm), limit_arg(tpm), ask.min.min(i64::MAX as u64) as i64, ask.max.min(i64::MAX as u64) as i64]
+}
+
+/// The script's reply as the pipeline's answer.
+pub(super) fn counts(reply: &[i64]) -> Option<RateCounts> {
+    let [ok, now, s, rp, rc, tp, tc, tokens] = <[i64; 8]>::try_from(reply).ok()?;
+    Some(RateCounts {
+        admitted: ok == 1,
+        now_ms: now,
+        before: State {
+            start_ms: s,
+            req: Pair { prev: rp as f64, cur: rc as f64 },
+            tok: Pair { prev: tp as f64, cur: tc as f64 },
+        },
+        tokens: tokens.max(0) as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ratelimit::{admit, settle_on, Headers, WINDOW_MS};
+
+    /// The machine's Redis, or None (printed) unless `TOLLGATE_REQUIRE_REDIS=1` makes it mandatory.
+    pub(crate) async fn redis() -> Option<redis::aio::MultiplexedConnection> {
+        let got = async {
+            let client = redis::Client::open("redis://127.0.0.1:6379").map_err(|e| e.to_string())?;
+            tokio::time::timeout(std::time::Duration::from_secs(2), client.get_multiplexed_async_connection())
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match got {
+            Ok(c) => Some(c),
+            Err(e) if std::env::var("TOLLGATE_REQUIRE_REDIS").is_ok_and(|v| v == "1") => {
+                panic!("Redis is required (TOLLGATE_REQUIRE_REDIS=1) but unavailable: {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping: no Redis at 127.0.0.1:6379 ({e})");
+                None
+            }
+        }
+    }
+
+    /// A small deterministic generator (no dependency for one test).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// The equivalence test of the shared limiter: the Lua script and the in-process limiter,
+    /// fed the same requests at the same instants, admit the same ones, hold the same tokens
+    /// and end with the same windows; settlements move the same counts.
+    #[tokio::test]
+    async fn the_script_decides_as_the_in_process_limiter() {
+        let Some(mut conn) = redis().await else { return };
+        let scripts = Scripts::new();
+        let key = format!("tollgate-test:rl:{}", uuid::Uuid::new_v4().simple());
+        let mut local = State::default();
+        let mut rng = Lcg(42);
+        let (rpm, tpm) = (Some(40), Some(20_000));
+        let mut now = 1_700_000_040_000i64 + 12_345;
+        let mut admitted = 0;
+        for i in 0..600 {
+            now += rng.next(700) as i64;
+            if i % 150 == 149 {
+                now += WINDOW_MS + rng.next(30_000) as i64; // skip a window now and then
+            }
+            let ask = match rng.next(3) {
+                0 => TokenAsk::new(rng.next(400), None, 1024),
+                1 => TokenAsk::new(rng.next(400), Some(rng.next(3000)), 1024),
+                _ => TokenAsk::new(rng.next(25_000), Some(rng.next(100)), 1024),
+            };
+            let [r, t, min, max] = admit_args(rpm, tpm, ask);
+            let reply: Vec<i64> =
+                scripts.admit.key(&key).arg(now).arg(r).arg(t).arg(min).arg(max).invoke_async(&mut conn).await.unwrap();
+            let c = counts(&reply).unwrap();
+            let mut h: Headers = Vec::new();
+            let mut before = local;
+            before.roll_for_test(now);
+            assert_eq!(c.before, before, "request {i}: windows before");
+            let ours = admit(&mut local, rpm, tpm, ask, now, &mut h);
+            assert_eq!(c.admitted, ours.is_ok(), "request {i}: decision");
+            if let Ok(tokens) = ours {
+                admitted += 1;
+                assert_eq!(c.tokens, tokens, "request {i}: tokens held");
+                // Settle some of them at once, to a different real use.
+                if rng.next(2) == 0 {
+                    let delta = rng.next(2000) as i64 - tokens as i64;
+                    let later = now + rng.next(500) as i64;
+                    let _: i64 = scripts
+                        .settle
+                        .key(&key)
+                        .arg(later)
+                        .arg(c.before.start_ms)
+                        .arg(delta)
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                    settle_on(&mut local, c.before.start_ms, delta, later);
+                    now = later;
+                }
+            }
+        }
+        assert!(admitted > 50 && admitted < 600, "the sequence exercises both outcomes ({admitted} admitted)");
+        let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await.unwrap();
+    }
+}

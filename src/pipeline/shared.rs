@@ -1,0 +1,65 @@
+//! What a check may ask of the state several gateway processes share (`cluster`), as values.
+//!
+//! Checks do no I/O. A check that keeps its counters in the shared store answers
+//! [`super::Verdict::Ask`] with one of these; the pipeline sends it (one round trip) and hands
+//! the [`Answer`] back to the same check ([`super::Check::on_answer`]), which decides.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::Cached;
+use crate::ratelimit::{State, TokenAsk};
+
+/// One round trip to the shared store.
+#[derive(Debug, Clone)]
+pub enum Ask {
+    /// Count one request and what fits of `ask` against the key's windows, all limits at once.
+    Rate { key_id: Arc<str>, rpm: Option<u64>, tpm: Option<u64>, ask: TokenAsk },
+    /// Reserve `amount_usd` against every budget entry, all or nothing.
+    Budget { entries: Vec<BudgetEntry>, amount_usd: f64, reservation: String },
+    /// The cached answer under this key, if any.
+    Cache { key: [u8; 32] },
+}
+
+/// One scope's spend in one period, with the smallest limit on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetEntry {
+    /// `key`, `team` or `tenant`.
+    pub scope: &'static str,
+    pub scope_id: String,
+    /// `total` or `YYYY-MM`.
+    pub period_key: String,
+    pub limit_usd: f64,
+}
+
+/// The store's answer to an [`Ask`].
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Rate(RateCounts),
+    /// `Ok`: reserved everywhere. `Err((i, used))`: entry `i` has `used` (spent + reserved) and
+    /// the amount does not fit; nothing was reserved.
+    Budget(Result<(), (usize, f64)>),
+    Cache(Option<Cached>),
+    /// The store could not answer (unreachable, timed out, not yet loaded): the check applies
+    /// the configured fault behaviour. The text says why, for logs and the client's message.
+    Unavailable(String),
+}
+
+/// The key's windows as the store found them (rolled to `now_ms`, before this request), and
+/// what it decided: the same arithmetic as [`crate::ratelimit::admit`], which replays it for
+/// the headers.
+#[derive(Debug, Clone, Copy)]
+pub struct RateCounts {
+    pub admitted: bool,
+    /// The store's clock, in Unix ms (one clock for every instance).
+    pub now_ms: i64,
+    pub before: State,
+    /// Tokens held when admitted.
+    pub tokens: u64,
+}
+
+/// The shared store, as the pipeline sees it.
+pub trait SharedStore: Send + Sync + 'static {
+    fn ask(&self, ask: Ask) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>>;
+}

@@ -1,0 +1,298 @@
+//! Several gateway processes, one truth (issue 22): rate limits, budgets and the cache shared in
+//! Redis across three processes on one PostgreSQL database; Redis stopped mid-run, both fault
+//! behaviours, and recovery.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::redis::{fresh_prefix, machine_redis, OwnRedis};
+use support::{fresh_postgres, http, Backend, Gateway, Standin};
+
+const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// Three processes on one fresh PostgreSQL database, sharing `env` (Redis), the master key and
+/// one stand-in provider; the first made the tenant, and `setup` ran on it before the other two
+/// started (so they start with its keys, limits and policies in their snapshot).
+fn three<T>(env: &[(&str, &str)], setup: impl FnOnce(&Gateway) -> T) -> Option<(Vec<Gateway>, Standin, T)> {
+    let url = fresh_postgres()?;
+    let backend = Backend::Postgres(url);
+    let mut shared: Vec<(&str, &str)> = vec![("TOLLGATE_MASTER_KEY", MASTER_KEY)];
+    shared.extend_from_slice(env);
+    let first = Gateway::start(&backend, &shared);
+    let up = Standin::start();
+    first.set_provider(&first.key, "openai", &up.url(), "sk-provider-secret");
+    let made = setup(&first);
+    let mut all = vec![first];
+    for _ in 0..2 {
+        let mut g = Gateway::start_with(&backend, &shared, false);
+        g.key = all[0].key.clone();
+        g.tenant_id = all[0].tenant_id.clone();
+        all.push(g);
+    }
+    Some((all, up, made))
+}
+
+/// A key labelled `label` with `settings`: `budgetUsd` at creation, `rpmLimit`/`tpmLimit`
+/// through `PATCH /v1/keys/{id}/limits`. Its id and secret.
+fn create_key(g: &Gateway, label: &str, settings: Value) -> (String, String) {
+    let mut create = json!({"label": label});
+    let mut limits = json!({});
+    for (k, v) in settings.as_object().unwrap() {
+        let to = if k == "budgetUsd" { &mut create } else { &mut limits };
+        to[k] = v.clone();
+    }
+    let r = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&create));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let (id, key) = (r.json()["id"].as_str().unwrap().to_string(), r.json()["key"].as_str().unwrap().to_string());
+    let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&limits));
+    assert_eq!(r.status, 200, "{}", r.text());
+    (id, key)
+}
+
+fn chat(g: &Gateway, key: &str, body: &Value) -> http::Resp {
+    g.post_gw("/v1/chat/completions", key, &serde_json::to_vec(body).unwrap())
+}
+
+fn hello() -> Value {
+    json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Waits until every instance knows `key` (a key made on one reaches the others with the
+/// next snapshot change), with a request that passes no check that counts.
+fn known_everywhere(all: &[Gateway], key: &str) {
+    for g in all {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let auth = format!("Bearer {key}");
+        while http::request(g.gw, "GET", "/v1/models", &[("authorization", &auth)], b"").status == 401 {
+            assert!(Instant::now() < deadline, "instance {} never accepted the key", g.gw);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn rate_limits_are_exact_across_three_instances() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let Some((all, _up, (_, key))) = three(&env, |g| create_key(g, "rpm-30", json!({"rpmLimit": 30}))) else { return };
+    known_everywhere(&all, &key);
+
+    let mut ok = 0;
+    let mut limited = 0;
+    for i in 0..90 {
+        let r = chat(&all[i % 3], &key, &hello());
+        match r.status {
+            200 => ok += 1,
+            429 => {
+                limited += 1;
+                for h in [
+                    "retry-after",
+                    "x-ratelimit-limit-requests",
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-reset-requests",
+                ] {
+                    assert!(r.header(h).is_some(), "429 without {h}: {:?}", r.headers);
+                }
+                assert_eq!(r.header("x-ratelimit-limit-requests"), Some("30"));
+                assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
+                assert_eq!(r.json()["error"]["code"], 429);
+            }
+            s => panic!("unexpected {s}: {}", r.text()),
+        }
+    }
+    assert_eq!((ok, limited), (30, 60), "a key limited to 30 rpm gets 30 answers over three instances");
+
+    // Every instance counted into the same windows: the rate script's hash is in Redis.
+    let metric = all[1].metric("tollgate_shared_state_up", &[]);
+    assert_eq!(metric, 1.0);
+}
+
+#[test]
+fn a_budget_is_exact_across_three_instances_under_concurrency() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    // gpt-4o answers cost $10 per million tokens: each answer of 10 000 tokens costs $0.10 and
+    // reserves about as much (max_tokens).
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let Some((all, _up, (_, key))) = three(&env, |g| create_key(g, "one-dollar", json!({"budgetUsd": 1.0}))) else {
+        return;
+    };
+    known_everywhere(&all, &key);
+    let body =
+        json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
+
+    let all = std::sync::Arc::new(all);
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let (all, key, body) = (all.clone(), key.clone(), body.clone());
+            std::thread::spawn(move || {
+                let mut costs = Vec::new();
+                for i in 0..8 {
+                    let g = &all[(t + i) % 3];
+                    let r = chat(g, &key, &body);
+                    match r.status {
+                        200 => costs.push(g.receipt_of(&r)["costUsd"].as_f64().unwrap()),
+                        402 => assert_eq!(r.json()["error"]["type"], "budget_exceeded", "{}", r.text()),
+                        s => panic!("unexpected {s}: {}", r.text()),
+                    }
+                }
+                costs
+            })
+        })
+        .collect();
+    let costs: Vec<f64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let total: f64 = costs.iter().sum();
+    let one = costs.iter().cloned().fold(0.0, f64::max);
+    println!("{} answered, total ${total:.4} against a $1 budget (one request ${one:.4})", costs.len());
+    assert!(costs.len() >= 9, "the budget admits about ten answers: {}", costs.len());
+    assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4}");
+    // Per-process budgets would have let each instance spend its own dollar.
+    assert!(costs.len() < 20);
+}
+
+#[test]
+fn the_shared_cache_answers_on_another_instance() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    let env = [
+        ("TOLLGATE_REDIS_URL", redis.as_str()),
+        ("TOLLGATE_REDIS_PREFIX", &prefix),
+        ("TOLLGATE_REDIS_SHARED_CACHE", "1"),
+    ];
+    let policy = |g: &Gateway| {
+        let yaml = "cache: {mode: exact, ttlSeconds: 600}\n";
+        let r = g.mgmt(
+            "POST",
+            "/v1/policies",
+            Some(&g.key),
+            Some(&json!({"name": "cache", "enabled": true, "yaml": yaml})),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    };
+    let Some((all, up, ())) = three(&env, policy) else { return };
+    let key = all[0].key.clone();
+    let ask = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "shared question"}]});
+    let first = chat(&all[0], &key, &ask);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-tollgate-cache"), None, "the first answer is a miss");
+    let calls = up.count();
+    // Instance 3 never saw this question: it hits what instance 1 kept in Redis.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = chat(&all[2], &key, &ask);
+        assert_eq!(r.status, 200);
+        if r.header("x-tollgate-cache") == Some("HIT") {
+            assert_eq!(r.text(), first.text(), "the same answer, from Redis");
+            let receipt = all[2].receipt_of(&r);
+            assert!(receipt["checks"].as_array().unwrap().iter().any(|c| c["name"] == "CACHE" && c["result"] == "HIT"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "instance 3 never answered from the shared cache");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(up.count() <= calls + 30);
+}
+
+/// Redis stopped mid-run: `closed` refuses requests that have a rate limit with 503 at once
+/// (no request hangs), `/status` and the metrics say so, and it all comes back by itself.
+#[test]
+fn redis_down_fails_closed_then_recovers() {
+    let Some(mut redis) = OwnRedis::start() else { return };
+    let Some(url) = fresh_postgres() else { return };
+    let url_r = redis.url();
+    let env = [
+        ("TOLLGATE_MASTER_KEY", MASTER_KEY),
+        ("TOLLGATE_REDIS_URL", url_r.as_str()),
+        ("TOLLGATE_REDIS_ON_DOWN", "closed"),
+    ];
+    let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
+    let (_, key) = create_key(&g, "limited", json!({"rpmLimit": 1000}));
+    assert_eq!(chat(&g, &key, &hello()).status, 200);
+    assert_eq!(shared_state(&g)["status"], "operational");
+
+    redis.stop();
+    let started = Instant::now();
+    let r = chat(&g, &key, &hello());
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["type"], "unavailable");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("shared state"), "{}", r.text());
+    println!("first answer with Redis down after {} ms", started.elapsed().as_millis());
+    // A key without limits or budgets needs nothing shared: it is served.
+    assert_eq!(chat(&g, &g.key, &hello()).status, 200);
+    let s = shared_state(&g);
+    assert_ne!(s["status"], "operational", "{s}");
+    // Later requests do not wait on Redis at all (it is known to be down): still 503.
+    for _ in 0..5 {
+        assert_eq!(chat(&g, &key, &hello()).status, 503);
+    }
+    assert_eq!(g.metric("tollgate_shared_state_up", &[]), 0.0);
+    assert!(g.metric("tollgate_shared_state_fallbacks_total", &["check=\"RATELIMIT\"", "mode=\"closed\""]) >= 1.0);
+
+    redis.restart();
+    let back = Instant::now();
+    let deadline = back + Duration::from_secs(20);
+    while chat(&g, &key, &hello()).status != 200 {
+        assert!(Instant::now() < deadline, "no recovery after Redis came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("recovered {} ms after Redis came back", back.elapsed().as_millis());
+    assert_eq!(shared_state(&g)["status"], "operational");
+    assert!(g.metric("tollgate_shared_state_unavailable_seconds_total", &[]) > 0.0);
+}
+
+/// `open`: Redis down falls back to this process's own limits; budgets reloaded from the
+/// database into the new, empty Redis.
+#[test]
+fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
+    let Some(mut redis) = OwnRedis::start() else { return };
+    let Some(url) = fresh_postgres() else { return };
+    let url_r = redis.url();
+    let env = [
+        ("TOLLGATE_MASTER_KEY", MASTER_KEY),
+        ("TOLLGATE_REDIS_URL", url_r.as_str()),
+        ("TOLLGATE_REDIS_ON_DOWN", "open"),
+    ];
+    let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
+    let (key_id, key) = create_key(&g, "limited", json!({"rpmLimit": 3, "budgetUsd": 0.25}));
+    let costly =
+        json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
+    assert_eq!(chat(&g, &key, &costly).status, 200);
+
+    redis.stop();
+    // Per-process windows: three more fit in this process's own minute (it counted none yet).
+    let statuses: Vec<u16> = (0..4).map(|_| chat(&g, &key, &hello()).status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429], "fell back to per-process limits");
+    assert_ne!(shared_state(&g)["status"], "operational");
+
+    // Redis returns empty: the $0.10 already spent is loaded back from PostgreSQL.
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shared_state(&g)["status"] != "operational" {
+        assert!(Instant::now() < deadline, "no recovery after Redis came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let raw = redis_get(&url_r, &format!("tollgate:b:key:{key_id}:total"));
+    let spent: f64 = raw.parse().unwrap_or(0.0);
+    assert!(spent >= 0.1 - 1e-6, "spend reloaded from the database: {raw:?}");
+}
+
+/// `HGET key spent` through redis-cli.
+fn redis_get(url: &str, key: &str) -> String {
+    let port = url.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("redis-cli").args(["-p", port, "HGET", key, "spent"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn shared_state(g: &Gateway) -> Value {
+    let r = http::request(g.mgmt, "GET", "/status", &[], b"");
+    r.json()["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "shared-state")
+        .cloned()
+        .expect("a shared-state component")
+}
