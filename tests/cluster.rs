@@ -176,3 +176,94 @@ fn the_front_spreads_requests_over_the_instances_and_skips_a_stopped_one() {
         assert_ne!(r.header("x-tollgate-upstream"), Some(stopped.as_str()));
     }
 }
+
+/// `scripts/cluster` end to end with the binary under test: it prints the front and a manager
+/// key, the front reaches both instances with that key, and Ctrl-C stops every process and drops
+/// the database it made.
+#[test]
+fn scripts_cluster_starts_a_cluster_and_ctrl_c_stops_it() {
+    use std::io::{BufRead, BufReader};
+    let Some(probe) = support::fresh_postgres() else { return };
+    support::drop_postgres(&probe);
+    if Command::new("psql").arg("--version").output().is_err() {
+        eprintln!("skipping scripts/cluster: no psql on this machine");
+        return;
+    }
+    let [front_port] = support::free_ports();
+    // Instances on BASE+10.., BASE+20.. (+1 management, +2 metrics): a base away from the
+    // ephemeral ports the other tests take.
+    let base = 20000 + (std::process::id() % 400) * 50;
+    let mut script = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster"))
+        .arg("2")
+        .env("TOLLGATE_BIN", support::bin())
+        .env("TOLLGATE_CLUSTER_PORT", front_port.to_string())
+        .env("TOLLGATE_CLUSTER_BASE_PORT", base.to_string())
+        .env_remove("TOLLGATE_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = script.stdout.take().unwrap();
+    let mut script = Interrupt(script);
+    let mut printed = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.starts_with("Ctrl-C") {
+            break;
+        }
+    }
+    println!("{printed}");
+    let field =
+        |name: &str| printed.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).expect(name);
+    let (key, db) = (field("manager key:"), field("database:"));
+    let front: std::net::SocketAddr = field("front (round robin):").trim_start_matches("http://").parse().unwrap();
+    let mut served = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let auth = format!("Bearer {key}");
+        let r = http::request(front, "GET", "/v1/models", &[("Authorization", auth.as_str())], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        served.insert(r.header("x-tollgate-upstream").unwrap().to_string());
+    }
+    assert_eq!(served.len(), 2, "both instances answered: {served:?}");
+
+    let status = script.stop();
+    println!("scripts/cluster ended with {status}");
+    let instances: Vec<std::net::SocketAddr> =
+        field("instances (gateway):").split_whitespace().map(|a| a.parse().unwrap()).collect();
+    for a in instances.iter().chain([&front]) {
+        assert!(std::net::TcpStream::connect(a).is_err(), "{a} still listens after Ctrl-C");
+    }
+    let name = db.rsplit('/').next().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let left = rt.block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/postgres").await.unwrap();
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_database WHERE datname = $1")
+            .bind(name)
+            .fetch_one(&mut c)
+            .await
+            .unwrap()
+    });
+    assert_eq!(left, 0, "the database the script made is dropped");
+}
+
+/// The script under test; interrupted like Ctrl-C when the test ends early.
+struct Interrupt(Child);
+
+impl Interrupt {
+    fn stop(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-INT", &self.0.id().to_string()]).status().unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.stop();
+        }
+    }
+}
