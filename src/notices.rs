@@ -10,8 +10,9 @@
 //! The listener holds one connection of its own (sqlx `PgListener`) and hands notices to a
 //! rebuild loop through a `Notify`: a burst of notices while a rebuild runs collapses into one
 //! more rebuild, and a notice arriving during a rebuild always causes another (that rebuild may
-//! have read before the change committed). A lost connection reconnects with backoff; after
-//! each (re)connection the snapshot is rebuilt once, since notices sent meanwhile are gone.
+//! have read before the change committed). A lost connection reconnects with backoff. After
+//! each connection (the first too) the snapshot is rebuilt once: notices sent before LISTEN took
+//! effect (since the start-up snapshot, or while the connection was down) reached nobody.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,10 +61,13 @@ impl Listener {
                     continue;
                 }
             };
+            // Changes committed before LISTEN took effect sent their notices to nobody: after the
+            // first connection, those since the start-up snapshot; after a reconnection, those
+            // while it was down.
             if !first {
                 log::info!("change notices: listening again");
-                wake.notify_one();
             }
+            wake.notify_one();
             first = false;
             backoff = Duration::from_millis(100);
             loop {
