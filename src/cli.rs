@@ -1,4 +1,5 @@
-//! The command line: serve | migrate | tenant create | key create | check-config.
+//! The command line: serve | migrate | tenant create | key create | check-config | verify |
+//! signing-key rotate | balance.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,16 @@ enum Command {
     SigningKey {
         #[command(subcommand)]
         command: SigningKeyCommand,
+    },
+    /// A round-robin front for several gateway instances on this machine (a local cluster,
+    /// scripts/cluster). Answers name the instance in `x-tollgate-upstream`.
+    Balance {
+        /// Where the front listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// The instances' gateway addresses, comma-separated (HOST:PORT,HOST:PORT,...).
+        #[arg(long, value_delimiter = ',', required = true)]
+        upstream: Vec<String>,
     },
 }
 
@@ -146,6 +157,16 @@ pub async fn create_key(
     Ok((secret.secret, rec.id))
 }
 
+/// Running servers on the same PostgreSQL database take the new tenant or key in at once
+/// (`crate::notices`); otherwise at their next refresh. Not sending is no failure.
+async fn notify_servers(store: &Store) {
+    if store.backend() == store::Backend::Postgres {
+        if let Err(e) = store::notices::send(store, "cli").await {
+            eprintln!("tollgate: running servers take the change in at their next refresh ({e})");
+        }
+    }
+}
+
 fn print_key(json: bool, tenant_id: &str, key_id: &str, key: &str) {
     if json {
         println!("{}", serde_json::json!({ "tenantId": tenant_id, "keyId": key_id, "key": key }));
@@ -199,6 +220,7 @@ pub fn run(cli: Cli) -> ExitCode {
                     }
                     let t = store::tenants::create(&store, &name).await.map_err(fail)?;
                     let (key, key_id) = create_key(&store, &t.id, true, "tenant manager key").await.map_err(fail)?;
+                    notify_servers(&store).await;
                     Ok((t.id, key_id, key))
                 })
             });
@@ -216,7 +238,9 @@ pub fn run(cli: Cli) -> ExitCode {
                     if !store::tenants::exists(&store, &tenant).await.map_err(fail)? {
                         return Err(fail(format!("no tenant with id `{tenant}`")));
                     }
-                    create_key(&store, &tenant, manager, &label).await.map_err(fail)
+                    let made = create_key(&store, &tenant, manager, &label).await.map_err(fail)?;
+                    notify_servers(&store).await;
+                    Ok(made)
                 })
             });
             match result {
@@ -249,6 +273,10 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Verify { bundle, keys } => verify_bundle(&bundle, &keys),
+        Command::Balance { listen, upstream } => match crate::balance::run(&listen, &upstream) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
         Command::CheckConfig { config: arg, packs } => match load(&arg) {
             Ok(cfg) => {
                 if let Err(e) = crate::pricing::Pricing::from_config(&cfg) {

@@ -22,7 +22,8 @@
 //!               the next batch as soon as one commits
 //! management listener (Pingora HTTP app, `management`) ── /v1/*, /status
 //! metrics listener (Pingora Prometheus service) ── /metrics
-//! background ── snapshot refresh (other processes' changes) and key last-use flush;
+//! background ── change notices (PostgreSQL LISTEN: another process changed something, rebuild
+//!               now); snapshot refresh (the safety net) and key last-use flush;
 //!               policy file watcher (re-parses changed files, rebuilds the snapshot)
 //! ```
 //!
@@ -33,7 +34,8 @@
 //! # Modules
 //! - `cli`, `server`, `app`: the process, its services and shared state
 //! - `config`: YAML → validated config, env overrides; `pricing`: price table
-//! - `snapshot`: the hot path's immutable view; `keys`: virtual key secrets
+//! - `snapshot`: the hot path's immutable view; `notices`: other processes' changes, at once;
+//!   `keys`: virtual key secrets
 //! - `policy`: the policy language, its validation, per-tenant compilation, policy files
 //! - `budget`: the budget book (which limits apply) and the in-memory spend ledger
 //! - `pipeline`: the `Check` trait, `Exchange`, `Verdict` and the pipeline; `plugins/`: one
@@ -51,6 +53,7 @@
 
 pub mod allocator;
 pub mod app;
+pub mod balance;
 pub mod budget;
 pub mod cache;
 pub mod cli;
@@ -64,6 +67,7 @@ pub mod keys;
 pub mod management;
 pub mod mcp;
 pub mod metrics;
+pub mod notices;
 pub mod policy;
 // One file per check lives in `plugins/` (DESIGN.md §3), compiled into this crate.
 pub mod pipeline;

@@ -28,6 +28,7 @@ pub struct Metrics {
     pub attestation_memo_spans_written: IntCounter,
     pub tool_calls: IntCounterVec,
     pub webhook_deliveries: IntCounterVec,
+    pub change_notices: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -135,6 +136,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["result"]
     )
     .expect("register tollgate_webhook_deliveries_total"),
+    change_notices: register_int_counter_vec!(
+        "tollgate_change_notices_total",
+        "PostgreSQL change notices sent after a management change, and received from other processes",
+        &["direction"]
+    )
+    .expect("register tollgate_change_notices_total"),
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.

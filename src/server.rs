@@ -172,6 +172,9 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
     server.add_service(background_service("webhook sender", crate::webhooks::Sender { app: app.clone() }));
+    if app.store.backend() == store::Backend::Postgres {
+        server.add_service(background_service("change notices", crate::notices::Listener { app: app.clone() }));
+    }
     // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
     writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
     server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));
@@ -243,7 +246,9 @@ impl BackgroundService for SharedStateWatch {
 }
 
 /// Re-reads keys, credentials, teams and budgets and catches the ledger up with spend (changes
-/// made by other processes sharing the database), and flushes keys' last-use times.
+/// made by other processes sharing the database), and flushes keys' last-use times. On
+/// PostgreSQL, change notices (`crate::notices`) bring other processes' changes in at once; this
+/// is the safety net for a notice lost while the listener reconnected.
 struct Refresher {
     app: Arc<App>,
 }

@@ -2,8 +2,10 @@
 //! policies, routes, prices, team names and the budget book.
 //!
 //! Requests pin one `Arc<Snapshot>` (an ArcSwap load, no lock, no I/O). Any change made through
-//! the API rebuilds the snapshot from the database and swaps it in before the API call returns;
-//! a background refresh picks up changes made by other processes sharing the database.
+//! the API rebuilds the snapshot from the database and swaps it in before the API call returns
+//! ([`SnapshotHandle::changed`]); on PostgreSQL it also sends a change notice, on which the other
+//! processes sharing the database rebuild at once (`crate::notices`). A background refresh
+//! stays as the safety net for notices lost while a listener was reconnecting.
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -201,6 +203,8 @@ pub struct SnapshotHandle {
     master: Arc<MasterKey>,
     /// Policy files of `policies.dir`; scanned by the policy watcher, read by every rebuild.
     pub files: Arc<PolicyFiles>,
+    /// This process's id in change notices: its listener skips the notices it sent itself.
+    pub instance: String,
 }
 
 impl SnapshotHandle {
@@ -212,7 +216,24 @@ impl SnapshotHandle {
             store,
             master,
             files,
+            instance: uuid::Uuid::new_v4().simple().to_string(),
         }
+    }
+
+    /// The seam of every change made through the management API, after its transaction
+    /// committed: tells the other processes sharing the database (a notice on PostgreSQL; nothing
+    /// on SQLite, which one process owns), then rebuilds this one's snapshot. A notice that cannot
+    /// be sent is logged, not returned: the change is made, and the others' periodic refresh
+    /// still picks it up.
+    pub async fn changed(&self) -> Result<(), StoreError> {
+        if self.store.backend() == store::Backend::Postgres {
+            // Sent before the local rebuild, so the other processes rebuild in parallel with this one.
+            match store::notices::send(&self.store, &self.instance).await {
+                Ok(()) => crate::metrics::METRICS.change_notices.with_label_values(&["sent"]).inc(),
+                Err(e) => log::warn!("change notice not sent (the others' periodic refresh catches up): {e}"),
+            }
+        }
+        self.rebuild().await
     }
 
     pub fn load(&self) -> Arc<Snapshot> {

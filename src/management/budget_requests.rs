@@ -89,7 +89,7 @@ async fn decide(app: &App, caller: &Caller, id: &str, approve: bool) -> Handled 
     match store::budget_requests::decide(&app.store, caller.tenant(), id, approve, &caller.key.record.id).await? {
         Decided::Done(r) => {
             if approve {
-                app.snapshot.rebuild().await?;
+                app.snapshot.changed().await?;
             }
             Ok(Reply::json(200, &r))
         }

@@ -130,7 +130,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     };
     let period = Period::from(body.period).as_str();
     let b = store::budgets::insert(&app.store, caller.tenant(), scope, &scope_id, amount, period).await?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(201, &record(app, &b, Utc::now())))
 }
 
@@ -168,7 +168,7 @@ pub async fn update(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled 
     let b = store::budgets::update(&app.store, caller.tenant(), id, amount, period)
         .await?
         .ok_or_else(|| ApiError::not_found("budget"))?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(200, &record(app, &b, Utc::now())))
 }
 
@@ -181,6 +181,6 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     if !store::budgets::delete(&app.store, caller.tenant(), id).await? {
         return Err(ApiError::not_found("budget"));
     }
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::NoContent)
 }

@@ -103,7 +103,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
         },
     )
     .await?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(201, &CreatedKey { record: rec, key: secret.secret }))
 }
 
@@ -133,7 +133,7 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     if !store::keys::revoke(&app.store, caller.tenant(), id).await? {
         return Err(ApiError::not_found("key"));
     }
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     log::info!("key {id} of tenant {} revoked", caller.tenant());
     Ok(Reply::NoContent)
 }
@@ -156,6 +156,6 @@ pub async fn set_limits(app: &App, caller: &Caller, id: &str, req: &Req) -> Hand
     let rec = store::keys::set_limits(&app.store, caller.tenant(), id, body.rpm_limit, body.tpm_limit)
         .await?
         .ok_or_else(|| ApiError::not_found("key"))?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(200, &KeyLimits { id: rec.id, rpm_limit: rec.rpm_limit, tpm_limit: rec.tpm_limit }))
 }

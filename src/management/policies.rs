@@ -135,7 +135,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let p = input(req)?;
     let rec = store::policies::insert(&app.store, caller.tenant(), p).await?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     log::info!("policy {} of tenant {} created", rec.id, caller.tenant());
     Ok(Reply::json(201, &api_policy(&rec)))
 }
@@ -214,7 +214,7 @@ pub async fn replace(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled
     let rec = store::policies::replace(&app.store, caller.tenant(), id, p)
         .await?
         .ok_or_else(|| ApiError::not_found("policy"))?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     log::info!("policy {id} of tenant {} replaced", caller.tenant());
     Ok(Reply::json(200, &api_policy(&rec)))
 }
@@ -231,7 +231,7 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     if !store::policies::delete(&app.store, caller.tenant(), id).await? {
         return Err(ApiError::not_found("policy"));
     }
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     log::info!("policy {id} of tenant {} deleted", caller.tenant());
     Ok(Reply::NoContent)
 }

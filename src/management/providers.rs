@@ -109,7 +109,7 @@ pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handl
         },
     )
     .await?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     log::info!("provider {p} credentials replaced for tenant {}", caller.tenant());
     Ok(Reply::json(200, &masked(&row)))
 }
@@ -138,7 +138,7 @@ pub async fn test(app: &App, caller: &Caller, provider: &str) -> Handled {
         store::webhooks::Event::new(caller.tenant(), "provider.test_failed", data)
     });
     store::providers::set_status(&app.store, caller.tenant(), p.as_str(), status, event).await?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(200, &ProviderTest { ok, reason }))
 }
 

@@ -64,7 +64,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     let name = team_name(&body.name)?;
     let pool = body.budget_pool_usd.map(|p| usd("budgetPoolUsd", p)).transpose()?;
     let team = saved(teams::create(&app.store, caller.tenant(), &name, pool).await?, &name)?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(201, &team))
 }
 
@@ -101,7 +101,7 @@ pub async fn update(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled 
         other => other,
     };
     let team = saved(teams::update(&app.store, caller.tenant(), id, &name, pool).await?, &name)?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::json(200, &team))
 }
 
@@ -121,6 +121,6 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
             ))
         }
     }
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::NoContent)
 }

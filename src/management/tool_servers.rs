@@ -106,7 +106,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
         created_at: String::new(),
     };
     let row = tool_servers::create(&app.store, row).await?.ok_or_else(taken)?;
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     log::info!("tool server {} registered for tenant {}", row.name, caller.tenant());
     Ok(Reply::json(201, &view(&row)))
 }
@@ -150,6 +150,6 @@ pub async fn delete(app: &App, caller: &Caller, name: &str) -> Handled {
     if !tool_servers::delete(&app.store, caller.tenant(), name).await? {
         return Err(ApiError::not_found("tool server"));
     }
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     Ok(Reply::NoContent)
 }

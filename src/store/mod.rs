@@ -16,6 +16,7 @@ pub mod budget_requests;
 pub mod budgets;
 pub mod keys;
 pub mod members;
+pub mod notices;
 pub mod packs;
 pub mod period;
 pub mod policies;

@@ -2,6 +2,7 @@
 //! client, and the list of database backends every scenario runs on.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod google;
 pub mod http;
 pub mod otlp;

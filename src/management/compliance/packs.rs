@@ -130,7 +130,7 @@ pub async fn delete(app: &App, caller: &Caller, framework: &str) -> Handled {
 /// Swaps the new packs in and records the set now in force (idempotent; covers a concurrent
 /// change the set recorded before the write did not include). Returns its version.
 async fn reload(app: &App, tenant: &str) -> Result<String, ApiError> {
-    app.snapshot.rebuild().await?;
+    app.snapshot.changed().await?;
     let snap = app.snapshot.load();
     let set = snap.packs(tenant);
     pack_sets::record(&app.store, tenant, set).await?;

@@ -1,0 +1,269 @@
+//! Several gateway processes on one PostgreSQL database: a change made through one instance's
+//! management API is in force on the others through change notices (LISTEN/NOTIFY), not through
+//! the periodic refresh (set to 10 minutes here, so only a notice can explain the result); and
+//! `tollgate balance` spreads requests over the instances. PostgreSQL only (skipped with a
+//! printed reason without a server, unless TOLLGATE_REQUIRE_POSTGRES=1).
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::cluster::Cluster;
+use support::{http, Gateway, Resp, Standin};
+
+/// No refresh within a test: a change arrives by notice or not at all.
+const NO_REFRESH: (&str, &str) = ("TOLLGATE_SNAPSHOT_REFRESH_MS", "600000");
+const CHAT: &[u8] = br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
+
+fn chat(g: &Gateway, key: &str) -> Resp {
+    g.post_gw("/v1/chat/completions", key, CHAT)
+}
+
+/// Polls every instance but the first until `holds` is true on each; returns the ms from `since`
+/// (just after the change's API call returned) to the first answer that showed it, per instance.
+/// A generous deadline, no timed assertion: the figures are printed.
+fn propagation(c: &Cluster, what: &str, since: Instant, mut holds: impl FnMut(&Gateway) -> bool) -> Vec<u128> {
+    let deadline = since + Duration::from_secs(30);
+    let mut took: Vec<Option<u128>> = vec![None; c.nodes.len() - 1];
+    while took.iter().any(Option::is_none) {
+        for (i, g) in c.nodes.iter().enumerate().skip(1) {
+            if took[i - 1].is_none() && holds(g) {
+                took[i - 1] = Some(since.elapsed().as_millis());
+            }
+        }
+        assert!(Instant::now() < deadline, "{what}: not in force on every instance after 30 s: {took:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let took: Vec<u128> = took.into_iter().flatten().collect();
+    println!("{what}: in force on instances 2..{} after {took:?} ms", c.nodes.len());
+    took
+}
+
+fn create_key(c: &Cluster, body: serde_json::Value) -> (String, String) {
+    let r = c.node(0).mgmt("POST", "/v1/keys", Some(&c.key), Some(&body));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = r.json();
+    (v["id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn a_change_on_one_instance_is_in_force_on_the_others_at_once() {
+    let Some(c) = Cluster::start(3, &[NO_REFRESH]) else { return };
+    let (a, b) = (Standin::start(), Standin::start());
+
+    // A provider credential set on instance 1 (sealed there, opened on the others: one master key).
+    c.node(0).set_provider(&c.key, "openai", &a.url(), "sk-a");
+    let since = Instant::now();
+    let (key_id, key) = create_key(&c, json!({ "label": "traveller" }));
+    propagation(&c, "new key and provider", since, |g| chat(g, &key).status == 200);
+
+    // The provider changed on instance 1: the others send to the new base URL.
+    c.node(0).set_provider(&c.key, "openai", &b.url(), "sk-b");
+    let since = Instant::now();
+    propagation(&c, "provider change", since, |g| {
+        let before = b.count();
+        chat(g, &key).status == 200 && b.count() > before
+    });
+
+    // Limits patched on instance 1: the others refuse over the new rpm.
+    let r = c.node(0).mgmt("PATCH", &format!("/v1/keys/{key_id}/limits"), Some(&c.key), Some(&json!({"rpmLimit": 1})));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let since = Instant::now();
+    propagation(&c, "rpmLimit patch", since, |g| {
+        let r = chat(g, &key);
+        r.status == 429 && r.header("retry-after").is_some()
+    });
+
+    // The listener's connection killed on every instance: each reconnects by itself, and a
+    // change made after that still arrives by notice.
+    let killed = c.node(0).sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    );
+    println!("listener connections terminated: {killed}");
+    let (_, second) = create_key(&c, json!({ "label": "after reconnect" }));
+    let since = Instant::now();
+    propagation(&c, "new key after the listeners reconnected", since, |g| chat(g, &second).status == 200);
+
+    // Deleted on instance 1: 401 everywhere.
+    let r = c.node(0).mgmt("DELETE", &format!("/v1/keys/{key_id}"), Some(&c.key), None);
+    assert!(r.status == 200 || r.status == 204, "{} {}", r.status, r.text());
+    let since = Instant::now();
+    propagation(&c, "key deletion", since, |g| chat(g, &key).status == 401);
+
+    for (i, g) in c.nodes.iter().enumerate() {
+        let sent = g.metric("tollgate_change_notices_total", &["direction=\"sent\""]);
+        let received = g.metric("tollgate_change_notices_total", &["direction=\"received\""]);
+        println!("instance {}: change notices sent {sent}, received {received}", i + 1);
+        if i == 0 {
+            assert!(sent >= 5.0, "instance 1 sent a notice per change: {sent}");
+        } else {
+            assert!(received >= 5.0, "instance {} received the notices: {received}", i + 1);
+        }
+    }
+}
+
+/// `tollgate balance` in front of the instances.
+struct Front {
+    child: Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Front {
+    fn start(upstreams: &[std::net::SocketAddr]) -> Front {
+        let [port] = support::free_ports();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let list: Vec<String> = upstreams.iter().map(|a| a.to_string()).collect();
+        let child = Command::new(support::bin())
+            .args(["balance", "--listen", &addr.to_string(), "--upstream", &list.join(",")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "tollgate balance did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Front { child, addr }
+    }
+
+    fn chat(&self, key: &str) -> Resp {
+        let auth = format!("Bearer {key}");
+        let h = [("Content-Type", "application/json"), ("Authorization", auth.as_str())];
+        http::request(self.addr, "POST", "/v1/chat/completions", &h, CHAT)
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_front_spreads_requests_over_the_instances_and_skips_a_stopped_one() {
+    let Some(mut c) = Cluster::start(3, &[]) else { return };
+    let up = Standin::start();
+    c.node(0).set_provider(&c.key, "openai", &up.url(), "sk-provider");
+    let key = c.key.clone();
+    // The provider reaches the others by notice; wait until each instance has it.
+    propagation(&c, "provider", Instant::now(), |g| chat(g, &key).status == 200);
+
+    let front = Front::start(&c.gateways());
+    let mut served: Vec<String> = Vec::new();
+    for _ in 0..9 {
+        let r = front.chat(&key);
+        assert_eq!(r.status, 200, "{}", r.text());
+        served.push(r.header("x-tollgate-upstream").expect("the front names the instance").to_string());
+    }
+    for g in c.gateways() {
+        let n = served.iter().filter(|s| **s == g.to_string()).count();
+        println!("instance {g}: {n} of 9 requests");
+        assert!(n >= 1, "round robin reached every instance: {served:?}");
+    }
+
+    // One instance stopped: every request still answers (a refused connection is retried on the
+    // next instance; the health check takes it out of the rotation within a second).
+    let stopped = c.node(1).gw.to_string();
+    c.node_mut(1).stop();
+    for _ in 0..9 {
+        let r = front.chat(&key);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_ne!(r.header("x-tollgate-upstream"), Some(stopped.as_str()));
+    }
+}
+
+/// `scripts/cluster` end to end with the binary under test: it prints the front and a manager
+/// key, the front reaches both instances with that key, and Ctrl-C stops every process and drops
+/// the database it made.
+#[test]
+fn scripts_cluster_starts_a_cluster_and_ctrl_c_stops_it() {
+    use std::io::{BufRead, BufReader};
+    let Some(probe) = support::fresh_postgres() else { return };
+    support::drop_postgres(&probe);
+    if Command::new("psql").arg("--version").output().is_err() {
+        eprintln!("skipping scripts/cluster: no psql on this machine");
+        return;
+    }
+    let [front_port] = support::free_ports();
+    // Instances on BASE+10.., BASE+20.. (+1 management, +2 metrics): a base away from the
+    // ephemeral ports the other tests take.
+    let base = 20000 + (std::process::id() % 400) * 50;
+    let mut script = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster"))
+        .arg("2")
+        .env("TOLLGATE_BIN", support::bin())
+        .env("TOLLGATE_CLUSTER_PORT", front_port.to_string())
+        .env("TOLLGATE_CLUSTER_BASE_PORT", base.to_string())
+        .env_remove("TOLLGATE_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = script.stdout.take().unwrap();
+    let mut script = Interrupt(script);
+    let mut printed = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.starts_with("Ctrl-C") {
+            break;
+        }
+    }
+    println!("{printed}");
+    let field =
+        |name: &str| printed.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).expect(name);
+    let (key, db) = (field("manager key:"), field("database:"));
+    let front: std::net::SocketAddr = field("front (round robin):").trim_start_matches("http://").parse().unwrap();
+    let mut served = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let auth = format!("Bearer {key}");
+        let r = http::request(front, "GET", "/v1/models", &[("Authorization", auth.as_str())], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        served.insert(r.header("x-tollgate-upstream").unwrap().to_string());
+    }
+    assert_eq!(served.len(), 2, "both instances answered: {served:?}");
+
+    let status = script.stop();
+    println!("scripts/cluster ended with {status}");
+    let instances: Vec<std::net::SocketAddr> =
+        field("instances (gateway):").split_whitespace().map(|a| a.parse().unwrap()).collect();
+    for a in instances.iter().chain([&front]) {
+        assert!(std::net::TcpStream::connect(a).is_err(), "{a} still listens after Ctrl-C");
+    }
+    let name = db.rsplit('/').next().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let left = rt.block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/postgres").await.unwrap();
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_database WHERE datname = $1")
+            .bind(name)
+            .fetch_one(&mut c)
+            .await
+            .unwrap()
+    });
+    assert_eq!(left, 0, "the database the script made is dropped");
+}
+
+/// The script under test; interrupted like Ctrl-C when the test ends early.
+struct Interrupt(Child);
+
+impl Interrupt {
+    fn stop(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-INT", &self.0.id().to_string()]).status().unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.stop();
+        }
+    }
+}
