@@ -7,32 +7,22 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::cluster::Cluster;
 use support::redis::{fresh_prefix, machine_redis, OwnRedis};
 use support::{fresh_postgres, http, Backend, Gateway, Standin};
 
-const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-
-/// Three processes on one fresh PostgreSQL database, sharing `env` (Redis), the master key and
-/// one stand-in provider; the first made the tenant, and `setup` ran on it before the other two
-/// started (so they start with its keys, limits and policies in their snapshot).
-fn three<T>(env: &[(&str, &str)], setup: impl FnOnce(&Gateway) -> T) -> Option<(Vec<Gateway>, Standin, T)> {
-    let url = fresh_postgres()?;
-    let backend = Backend::Postgres(url);
-    let mut shared: Vec<(&str, &str)> = vec![("TOLLGATE_MASTER_KEY", MASTER_KEY)];
-    shared.extend_from_slice(env);
-    let first = Gateway::start(&backend, &shared);
+/// Three processes sharing `env` (Redis) and one stand-in provider; `setup` ran on the first
+/// before the other two started (support::cluster).
+fn three<T>(env: &[(&str, &str)], setup: impl FnOnce(&Gateway) -> T) -> Option<(Cluster, Standin, T)> {
     let up = Standin::start();
-    first.set_provider(&first.key, "openai", &up.url(), "sk-provider-secret");
-    let made = setup(&first);
-    let mut all = vec![first];
-    for _ in 0..2 {
-        let mut g = Gateway::start_with(&backend, &shared, false);
-        g.key = all[0].key.clone();
-        g.tenant_id = all[0].tenant_id.clone();
-        all.push(g);
-    }
-    Some((all, up, made))
+    let (c, made) = Cluster::start_then(3, env, |g| {
+        g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
+        setup(g)
+    })?;
+    Some((c, up, made))
 }
+
+const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A key labelled `label` with `settings`: `budgetUsd` at creation, `rpmLimit`/`tpmLimit`
 /// through `PATCH /v1/keys/{id}/limits`. Its id and secret.
@@ -77,7 +67,10 @@ fn rate_limits_are_exact_across_three_instances() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((all, _up, (_, key))) = three(&env, |g| create_key(g, "rpm-30", json!({"rpmLimit": 30}))) else { return };
+    let Some((cluster, _up, (_, key))) = three(&env, |g| create_key(g, "rpm-30", json!({"rpmLimit": 30}))) else {
+        return;
+    };
+    let all = &cluster.nodes;
     known_everywhere(&all, &key);
 
     let mut ok = 0;
@@ -117,9 +110,11 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
     // gpt-4o answers cost $10 per million tokens: each answer of 10 000 tokens costs $0.10 and
     // reserves about as much (max_tokens).
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((all, _up, (_, key))) = three(&env, |g| create_key(g, "one-dollar", json!({"budgetUsd": 1.0}))) else {
+    let Some((mut cluster, _up, (_, key))) = three(&env, |g| create_key(g, "one-dollar", json!({"budgetUsd": 1.0})))
+    else {
         return;
     };
+    let all = std::mem::take(&mut cluster.nodes);
     known_everywhere(&all, &key);
     let body =
         json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
@@ -172,7 +167,8 @@ fn the_shared_cache_answers_on_another_instance() {
         );
         assert_eq!(r.status, 201, "{}", r.text());
     };
-    let Some((all, up, ())) = three(&env, policy) else { return };
+    let Some((cluster, up, ())) = three(&env, policy) else { return };
+    let all = &cluster.nodes;
     let key = all[0].key.clone();
     let ask = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "shared question"}]});
     let first = chat(&all[0], &key, &ask);

@@ -18,6 +18,16 @@ impl Cluster {
     /// Starts `n` instances with `extra_env` for all (e.g. `TOLLGATE_REDIS_URL`); None (with a
     /// printed reason) when there is no PostgreSQL and TOLLGATE_REQUIRE_POSTGRES is not 1.
     pub fn start(n: usize, extra_env: &[(&str, &str)]) -> Option<Cluster> {
+        Self::start_then(n, extra_env, |_| ()).map(|(c, ())| c)
+    }
+
+    /// [`Cluster::start`], running `setup` on the first instance before the others start, so
+    /// they start with what it made (keys, limits, policies, providers) in their snapshot.
+    pub fn start_then<T>(
+        n: usize,
+        extra_env: &[(&str, &str)],
+        setup: impl FnOnce(&Gateway) -> T,
+    ) -> Option<(Cluster, T)> {
         assert!(n >= 1);
         let db_url = fresh_postgres()?;
         let backend = Backend::Postgres(db_url.clone());
@@ -26,6 +36,7 @@ impl Cluster {
         env.extend_from_slice(extra_env);
         let first = Gateway::start(&backend, &env);
         let (key, tenant_id) = (first.key.clone(), first.tenant_id.clone());
+        let made = setup(&first);
         let mut nodes = vec![first];
         for _ in 1..n {
             let mut g = Gateway::start_with(&backend, &env, false);
@@ -33,7 +44,7 @@ impl Cluster {
             g.tenant_id = tenant_id.clone();
             nodes.push(g);
         }
-        Some(Cluster { nodes, db_url, key, tenant_id })
+        Some((Cluster { nodes, db_url, key, tenant_id }, made))
     }
 
     pub fn node(&self, i: usize) -> &Gateway {
