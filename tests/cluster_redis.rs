@@ -71,7 +71,7 @@ fn rate_limits_are_exact_across_three_instances() {
         return;
     };
     let all = &cluster.nodes;
-    known_everywhere(&all, &key);
+    known_everywhere(all, &key);
 
     let mut ok = 0;
     let mut limited = 0;
