@@ -84,6 +84,11 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &st
     Resp { status, headers, body }
 }
 
+/// [`request`], or None when the connection is refused or breaks (a server killed mid-request).
+pub fn try_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Resp> {
+    std::panic::catch_unwind(|| request(addr, method, path, headers, body)).ok()
+}
+
 /// A response read piece by piece, to see bytes arrive before the upstream has finished.
 pub struct Stream {
     r: BufReader<TcpStream>,
