@@ -35,6 +35,9 @@
 #   TRACING=1           OpenTelemetry traces on: Tollgate exports a span per request (OTLP/HTTP
 #                       batches) to the stand-in, which accepts POST /v1/traces. Off otherwise
 #                       (TOLLGATE_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_ENDPOINT are cleared)
+#   REDIS=1             shared-state mode: Tollgate keeps rate windows, budget reservations (and
+#                       with CHECKS=1 every admission) in Redis (REDIS_URL, default the machine's
+#                       redis://127.0.0.1:6379, under a key prefix of this run)
 #   CHECKS=1            turn every check on for the tenant: benches/load-policy.yaml (rules,
 #                       allowlist, guardrails on request and answer), rpm/tpm limits on the key
 #                       and a tenant budget, all far above what the run uses
@@ -248,6 +251,12 @@ if want tollgate; then
   # A fresh SQLite database in the temp dir; nothing from the caller's Tollgate setup is used.
   unset TOLLGATE_CONFIG TOLLGATE_DATABASE_URL TOLLGATE_MASTER_KEY TOLLGATE_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_ENDPOINT
   if [ "${TRACING:-0}" = 1 ]; then export TOLLGATE_OTLP_ENDPOINT="http://$STANDIN"; fi
+  if [ "${REDIS:-0}" = 1 ]; then
+    export TOLLGATE_REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}" TOLLGATE_REDIS_PREFIX="tollgate-load-$$:"
+    echo "load.sh: REDIS=1: shared state in $TOLLGATE_REDIS_URL (prefix $TOLLGATE_REDIS_PREFIX)"
+  else
+    unset TOLLGATE_REDIS_URL
+  fi
   export TOLLGATE_DATA_DIR="$WORK/data"
   export TOLLGATE_GATEWAY_LISTEN="$HOST:$TG_GATEWAY_PORT"
   export TOLLGATE_MANAGEMENT_LISTEN="$HOST:$TG_MANAGEMENT_PORT"

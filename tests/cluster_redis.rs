@@ -192,19 +192,25 @@ fn the_shared_cache_answers_on_another_instance() {
     assert!(up.count() <= calls + 30);
 }
 
+/// One process on PostgreSQL with a redis-server of the test's own and `on_redis_down`.
+fn with_own_redis(on_down: &str) -> Option<(OwnRedis, Gateway, Standin)> {
+    let redis = OwnRedis::start()?;
+    let url = fresh_postgres()?;
+    let redis_url = redis.url();
+    let env = [
+        ("TOLLGATE_MASTER_KEY", MASTER_KEY),
+        ("TOLLGATE_REDIS_URL", redis_url.as_str()),
+        ("TOLLGATE_REDIS_ON_DOWN", on_down),
+    ];
+    let (g, up) = support::with_standin(&Backend::Postgres(url), &env);
+    Some((redis, g, up))
+}
+
 /// Redis stopped mid-run: `closed` refuses requests that have a rate limit with 503 at once
 /// (no request hangs), `/status` and the metrics say so, and it all comes back by itself.
 #[test]
 fn redis_down_fails_closed_then_recovers() {
-    let Some(mut redis) = OwnRedis::start() else { return };
-    let Some(url) = fresh_postgres() else { return };
-    let url_r = redis.url();
-    let env = [
-        ("TOLLGATE_MASTER_KEY", MASTER_KEY),
-        ("TOLLGATE_REDIS_URL", url_r.as_str()),
-        ("TOLLGATE_REDIS_ON_DOWN", "closed"),
-    ];
-    let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
+    let Some((mut redis, g, _up)) = with_own_redis("closed") else { return };
     let (_, key) = create_key(&g, "limited", json!({"rpmLimit": 1000}));
     assert_eq!(chat(&g, &key, &hello()).status, 200);
     assert_eq!(shared_state(&g)["status"], "operational");
@@ -243,15 +249,7 @@ fn redis_down_fails_closed_then_recovers() {
 /// database into the new, empty Redis.
 #[test]
 fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
-    let Some(mut redis) = OwnRedis::start() else { return };
-    let Some(url) = fresh_postgres() else { return };
-    let url_r = redis.url();
-    let env = [
-        ("TOLLGATE_MASTER_KEY", MASTER_KEY),
-        ("TOLLGATE_REDIS_URL", url_r.as_str()),
-        ("TOLLGATE_REDIS_ON_DOWN", "open"),
-    ];
-    let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
+    let Some((mut redis, g, _up)) = with_own_redis("open") else { return };
     let (key_id, key) = create_key(&g, "limited", json!({"rpmLimit": 3, "budgetUsd": 0.25}));
     let costly =
         json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
@@ -270,7 +268,7 @@ fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
         assert!(Instant::now() < deadline, "no recovery after Redis came back");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let raw = redis_get(&url_r, &format!("tollgate:b:key:{key_id}:total"));
+    let raw = redis_get(&redis.url(), &format!("tollgate:b:key:{key_id}:total"));
     let spent: f64 = raw.parse().unwrap_or(0.0);
     assert!(spent >= 0.1 - 1e-6, "spend reloaded from the database: {raw:?}");
 }
