@@ -110,7 +110,8 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
     // gpt-4o answers cost $10 per million tokens: each answer of 10 000 tokens costs $0.10 and
     // reserves about as much (max_tokens).
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((mut cluster, _up, (_, key))) = three(&env, |g| create_key(g, "one-dollar", json!({"budgetUsd": 1.0})))
+    let Some((mut cluster, _up, (key_id, key))) =
+        three(&env, |g| create_key(g, "one-dollar", json!({"budgetUsd": 1.0})))
     else {
         return;
     };
@@ -146,6 +147,19 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
     assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4}");
     // Per-process budgets would have let each instance spend its own dollar.
     assert!(costs.len() < 20);
+    // Settled in Redis: the spend is the receipts' total and no hold is left (settlements are
+    // sent in batches after the answers: poll).
+    let hash = format!("{prefix}b:key:{key_id}:total");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let spent: f64 = redis_hget(&redis, &hash, "spent").parse().unwrap_or(0.0);
+        let reserved: f64 = redis_hget(&redis, &hash, "reserved").parse().unwrap_or(0.0);
+        if (spent - total).abs() < 1e-6 && reserved.abs() < 1e-9 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Redis holds spent {spent} reserved {reserved}; receipts say {total}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -268,15 +282,15 @@ fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
         assert!(Instant::now() < deadline, "no recovery after Redis came back");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let raw = redis_get(&redis.url(), &format!("tollgate:b:key:{key_id}:total"));
+    let raw = redis_hget(&redis.url(), &format!("tollgate:b:key:{key_id}:total"), "spent");
     let spent: f64 = raw.parse().unwrap_or(0.0);
     assert!(spent >= 0.1 - 1e-6, "spend reloaded from the database: {raw:?}");
 }
 
-/// `HGET key spent` through redis-cli.
-fn redis_get(url: &str, key: &str) -> String {
+/// `HGET key field` through redis-cli.
+fn redis_hget(url: &str, key: &str, field: &str) -> String {
     let port = url.rsplit(':').next().unwrap();
-    let out = std::process::Command::new("redis-cli").args(["-p", port, "HGET", key, "spent"]).output().unwrap();
+    let out = std::process::Command::new("redis-cli").args(["-p", port, "HGET", key, field]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 

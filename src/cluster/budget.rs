@@ -59,27 +59,27 @@ end
 return {1}
 "#;
 
-/// KEYS: (hash, zset) per held entry, then the spend hashes (total, month) per scope.
-/// ARGV: reservation id, number of held entries, actual cost, month ttl seconds.
-const SETTLE: &str = r#"
-local rid, n, cost, month_ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if cost > 0 then
-  for i = 2 * n + 1, #KEYS do
-    redis.call('HINCRBYFLOAT', KEYS[i], 'spent', cost)
-    if (i - 2 * n) % 2 == 0 then redis.call('EXPIRE', KEYS[i], month_ttl) end
+/// Adds a request's real cost to its spend hashes and releases its holds (the settlement
+/// batch, `cluster::settle`, calls it once per request).
+pub(super) const SETTLE_FN: &str = r#"
+local function budget_settle(keys, k, n, m, rid, cost, month_ttl)
+  if cost > 0 then
+    for i = k + 2 * n, k + 2 * n + m - 1 do
+      redis.call('HINCRBYFLOAT', keys[i], 'spent', cost)
+      if (i - k - 2 * n) % 2 == 1 then redis.call('EXPIRE', keys[i], month_ttl) end
+    end
+  end
+  for i = 0, n - 1 do
+    local h, z = keys[k + 2 * i], keys[k + 2 * i + 1]
+    local a = redis.call('HGET', h, 'r:' .. rid)
+    if a then
+      local left = tonumber(redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a)))
+      if left < 1e-9 then redis.call('HSET', h, 'reserved', 0) end
+      redis.call('HDEL', h, 'r:' .. rid)
+    end
+    redis.call('ZREM', z, rid)
   end
 end
-for i = 1, n do
-  local h, z = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = redis.call('HGET', h, 'r:' .. rid)
-  if a then
-    local left = tonumber(redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a)))
-    if left < 1e-9 then redis.call('HSET', h, 'reserved', 0) end
-    redis.call('HDEL', h, 'r:' .. rid)
-  end
-  redis.call('ZREM', z, rid)
-end
-return 1
 "#;
 
 /// KEYS: the hashes; ARGV: their spend from the database. Each `spent` becomes the larger of
@@ -95,13 +95,12 @@ return #KEYS
 
 pub(super) struct Scripts {
     pub reserve: Script,
-    pub settle: Script,
     pub seed: Script,
 }
 
 impl Scripts {
     pub fn new() -> Scripts {
-        Scripts { reserve: Script::new(RESERVE), settle: Script::new(SETTLE), seed: Script::new(SEED) }
+        Scripts { reserve: Script::new(RESERVE), seed: Script::new(SEED) }
     }
 }
 

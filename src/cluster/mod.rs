@@ -15,6 +15,7 @@
 
 pub mod budget;
 pub mod rate;
+mod settle;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,6 +36,7 @@ struct ClusterMetrics {
     down_seconds: Counter,
     errors: IntCounterVec,
     fallbacks: IntCounterVec,
+    dropped: prometheus::IntCounter,
 }
 
 static METRICS: LazyLock<ClusterMetrics> = LazyLock::new(|| ClusterMetrics {
@@ -57,6 +59,11 @@ static METRICS: LazyLock<ClusterMetrics> = LazyLock::new(|| ClusterMetrics {
         &["check", "mode"]
     )
     .expect("register tollgate_shared_state_fallbacks_total"),
+    dropped: prometheus::register_int_counter!(
+        "tollgate_shared_state_settlements_dropped_total",
+        "Settlements not sent to the shared state (it was down, or the queue was full)"
+    )
+    .expect("register tollgate_shared_state_settlements_dropped_total"),
 });
 
 pub struct Cluster {
@@ -74,8 +81,8 @@ pub struct Cluster {
     reason: Mutex<String>,
     /// Wakes the watcher at once (a call failed, spend is not loaded).
     wake: tokio::sync::Notify,
-    /// Where settlements run (the process-wide database runtime).
-    rt: tokio::runtime::Handle,
+    /// The settlement queue (`settle`): one task sends it in batches.
+    settler: tokio::sync::mpsc::Sender<settle::Op>,
     /// Where Redis is, without credentials.
     pub address: String,
     rate: rate::Scripts,
@@ -113,7 +120,8 @@ impl Cluster {
                 .map_err(|e| format!("cluster.redis_url ({address}): {}", e.category()))?
         };
         METRICS.up.set(0);
-        Ok(Some(Arc::new(Cluster {
+        let (settler, queue) = tokio::sync::mpsc::channel(settle::QUEUE);
+        let cluster = Arc::new(Cluster {
             conn,
             prefix: cfg.redis_prefix.clone(),
             on_down: cfg.on_redis_down,
@@ -124,11 +132,13 @@ impl Cluster {
             up: AtomicBool::new(false),
             reason: Mutex::new("not reached yet".into()),
             wake: tokio::sync::Notify::new(),
-            rt: rt.handle().clone(),
+            settler,
             address,
             rate: rate::Scripts::new(),
             budget: budget::Scripts::new(),
-        })))
+        });
+        rt.spawn(settle::run(cluster.clone(), queue));
+        Ok(Some(cluster))
     }
 
     pub fn is_up(&self) -> bool {
@@ -240,89 +250,63 @@ impl Cluster {
         }
     }
 
-    /// Runs `f` on the settlement runtime, bounded by the timeout; errors mark the store down.
-    fn spawn_call<F>(self: &Arc<Self>, op: &'static str, f: F)
-    where
-        F: Future<Output = redis::RedisResult<()>> + Send + 'static,
-    {
-        if !self.is_up() {
-            METRICS.errors.with_label_values(&[op]).inc();
-            return;
+    /// Queues a settlement for the batch task; never waits (a full queue drops it, counted).
+    fn settle(&self, op: settle::Op) {
+        if !self.is_up() || self.settler.try_send(op).is_err() {
+            METRICS.dropped.inc();
         }
-        let me = self.clone();
-        self.rt.spawn(async move {
-            match tokio::time::timeout(me.timeout, f).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    me.failed(op, &e);
-                }
-                Err(_) => {
-                    me.timed_out(op);
-                }
-            }
-        });
     }
 
     /// Moves a shared rate reservation from its estimate to the tokens really used.
-    pub fn settle_rate(self: &Arc<Self>, key_id: &str, start_ms: i64, delta: i64) {
-        if delta == 0 {
-            return;
+    pub fn settle_rate(&self, key_id: &str, start_ms: i64, delta: i64) {
+        if delta != 0 {
+            self.settle(settle::Op::Rate { key: self.key(format_args!("rl:{key_id}")), from: start_ms, delta });
         }
-        let mut conn = self.conn.clone();
-        let key = self.key(format_args!("rl:{key_id}"));
-        let me = self.clone();
-        self.spawn_call("rate_settle", async move {
-            let _: i64 = me.rate.settle.key(key).arg(0).arg(start_ms).arg(delta).invoke_async(&mut conn).await?;
-            Ok(())
-        });
     }
 
     /// Records the actual cost on the key, its team and its tenant (this month and all time)
-    /// and releases the request's holds, in one script.
-    pub fn settle_budget(self: &Arc<Self>, held: Option<budget::Held>, scopes: Scopes<'_>, cost_usd: f64, month: &str) {
+    /// and releases the request's holds, in one step of a settlement batch.
+    pub fn settle_budget(&self, held: Option<budget::Held>, scopes: Scopes<'_>, cost_usd: f64, month: &str) {
         let cost = if cost_usd.is_finite() && cost_usd > 0.0 { cost_usd } else { 0.0 };
         if held.is_none() && cost == 0.0 {
             return;
         }
-        let mut keys = Vec::with_capacity(12);
-        let (rid, n) = match &held {
+        let (reservation, holds) = match held {
             Some(h) => {
-                for e in &h.entries {
-                    keys.push(budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
-                    keys.push(budget::zset_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
-                }
-                (h.reservation.clone(), h.entries.len())
+                let holds = h
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        (
+                            budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key),
+                            budget::zset_key(&self.prefix, e.scope, &e.scope_id, &e.period_key),
+                        )
+                    })
+                    .collect();
+                (h.reservation, holds)
             }
-            None => (String::new(), 0),
+            None => (String::new(), Vec::new()),
         };
-        for (scope, id) in scopes.iter() {
-            keys.push(budget::hash_key(&self.prefix, scope, id, crate::budget::TOTAL));
-            keys.push(budget::hash_key(&self.prefix, scope, id, month));
-        }
-        let mut conn = self.conn.clone();
-        let me = self.clone();
-        self.spawn_call("budget_settle", async move {
-            let mut inv = me.budget.settle.prepare_invoke();
-            for k in keys {
-                inv.key(k);
+        let mut spend = Vec::with_capacity(6);
+        if cost > 0.0 {
+            for (scope, id) in scopes.iter() {
+                spend.push(budget::hash_key(&self.prefix, scope, id, crate::budget::TOTAL));
+                spend.push(budget::hash_key(&self.prefix, scope, id, month));
             }
-            inv.arg(rid).arg(n).arg(cost).arg(budget::MONTH_TTL_SECONDS);
-            let _: i64 = inv.invoke_async(&mut conn).await?;
-            Ok(())
-        });
+        }
+        self.settle(settle::Op::Budget { reservation, holds, spend, cost });
     }
 
     /// Keeps an answer in the shared cache for `ttl` (if it is small enough).
-    pub fn cache_put(self: &Arc<Self>, key: [u8; 32], answer: &Cached, ttl: Duration) {
+    pub fn cache_put(&self, key: [u8; 32], answer: &Cached, ttl: Duration) {
         if !self.shared_cache || answer.body.len() > self.max_entry_bytes || ttl.is_zero() {
             return;
         }
-        let bytes = encode_cached(answer);
-        let mut conn = self.conn.clone();
-        let k = self.key(format_args!("c:{}", hex::encode(key)));
-        let ms = ttl.as_millis().min(u64::MAX as u128) as u64;
-        self.spawn_call("cache_put", async move {
-            redis::cmd("SET").arg(k).arg(bytes).arg("PX").arg(ms).query_async::<()>(&mut conn).await
+        let ttl_ms = ttl.as_millis().min(u64::MAX as u128) as u64;
+        self.settle(settle::Op::CachePut {
+            key: self.key(format_args!("c:{}", hex::encode(key))),
+            value: encode_cached(answer),
+            ttl_ms,
         });
     }
 

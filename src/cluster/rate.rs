@@ -12,28 +12,53 @@ use redis::Script;
 use crate::pipeline::shared::RateCounts;
 use crate::ratelimit::{Pair, State, TokenAsk};
 
-/// Shared prologue: `now`, the rolled windows. ARGV[1] = now in ms, 0 = the server's clock.
-const ROLL: &str = r#"
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+/// The windows of the key hash `key`, rolled to `now` (the steps of `ratelimit::State::roll`):
+/// `s, rp, rc, tp, tc`. Shared by the admission script and the settlement batch.
+pub(super) const ROLL_FN: &str = r#"
+local function roll(key, now)
+  local v = redis.call('HMGET', key, 's', 'rp', 'rc', 'tp', 'tc')
+  local s = tonumber(v[1]) or 0
+  local rp, rc = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local tp, tc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+  local start = now - (now % 60000)
+  if start ~= s then
+    if start - s == 60000 then rp, tp = rc, tc else rp, tp = 0, 0 end
+    rc, tc = 0, 0
+    s = start
+  end
+  return s, rp, rc, tp, tc
 end
-local v = redis.call('HMGET', KEYS[1], 's', 'rp', 'rc', 'tp', 'tc')
-local s = tonumber(v[1]) or 0
-local rp, rc = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-local tp, tc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
-local start = now - (now % 60000)
-if start ~= s then
-  if start - s == 60000 then rp, tp = rc, tc else rp, tp = 0, 0 end
-  rc, tc = 0, 0
-  s = start
+local function clock(given)
+  local now = tonumber(given)
+  if now == 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+"#;
+
+/// Moves `delta` tokens on the window a reservation was counted in (`ratelimit::settle_on`).
+pub(super) const SETTLE_FN: &str = r#"
+local function rate_settle(key, now, from, delta)
+  local s, rp, rc, tp, tc = roll(key, now)
+  if s == from then
+    tc = math.max(tc + delta, 0)
+  elseif s - from == 60000 then
+    tp = math.max(tp + delta, 0)
+  else
+    return
+  end
+  redis.call('HSET', key, 's', s, 'rp', rp, 'rc', rc, 'tp', tp, 'tc', tc)
+  redis.call('PEXPIRE', key, 180000)
 end
 "#;
 
 /// ARGV: now, rpm (-1 = none), tpm (-1 = none), ask.min, ask.max.
 /// Returns {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
 const ADMIT: &str = r#"
+local now = clock(ARGV[1])
+local s, rp, rc, tp, tc = roll(KEYS[1], now)
 local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
 local amin, amax = tonumber(ARGV[4]), tonumber(ARGV[5])
 local frac = (now - s) / 60000
@@ -58,30 +83,13 @@ end
 return {ok, now, s, rp, rc, tp, tc, tokens}
 "#;
 
-/// ARGV: now, the reservation's window start, token delta. Moves the delta like
-/// `ratelimit::settle_on`.
-const SETTLE: &str = r#"
-local from, delta = tonumber(ARGV[2]), tonumber(ARGV[3])
-if s == from then
-  tc = math.max(tc + delta, 0)
-elseif s - from == 60000 then
-  tp = math.max(tp + delta, 0)
-else
-  return 0
-end
-redis.call('HSET', KEYS[1], 's', s, 'rp', rp, 'rc', rc, 'tp', tp, 'tc', tc)
-redis.call('PEXPIRE', KEYS[1], 180000)
-return 1
-"#;
-
 pub(super) struct Scripts {
     pub admit: Script,
-    pub settle: Script,
 }
 
 impl Scripts {
     pub fn new() -> Scripts {
-        Scripts { admit: Script::new(&format!("{ROLL}{ADMIT}")), settle: Script::new(&format!("{ROLL}{SETTLE}")) }
+        Scripts { admit: Script::new(&format!("{ROLL_FN}{ADMIT}")) }
     }
 }
 
@@ -152,6 +160,7 @@ mod tests {
     async fn the_script_decides_as_the_in_process_limiter() {
         let Some(mut conn) = redis().await else { return };
         let scripts = Scripts::new();
+        let settle = super::super::settle::script();
         let key = format!("tollgate-test:rl:{}", uuid::Uuid::new_v4().simple());
         let mut local = State::default();
         let mut rng = Lcg(42);
@@ -185,15 +194,9 @@ mod tests {
                 if rng.next(2) == 0 {
                     let delta = rng.next(2000) as i64 - tokens as i64;
                     let later = now + rng.next(500) as i64;
-                    let _: i64 = scripts
-                        .settle
-                        .key(&key)
-                        .arg(later)
-                        .arg(c.before.start_ms)
-                        .arg(delta)
-                        .invoke_async(&mut conn)
-                        .await
-                        .unwrap();
+                    let op = super::super::settle::Op::Rate { key: key.clone(), from: c.before.start_ms, delta };
+                    let _: i64 =
+                        super::super::settle::invocation(&settle, later, &[op]).invoke_async(&mut conn).await.unwrap();
                     settle_on(&mut local, c.before.start_ms, delta, later);
                     now = later;
                 }
