@@ -107,9 +107,16 @@ impl Check for Budget {
         }
     }
 
+    /// Its reservation is prepared only (`cx.shared_budget`), dropped on `NotAsked`; a local
+    /// reservation made meanwhile is released when the request ends.
+    fn joins_asks(&self) -> bool {
+        true
+    }
+
     fn on_answer(&self, ex: &mut Exchange, cx: &mut Ctx, answer: Answer) -> Verdict {
         let held = cx.shared_budget.take();
         match (answer, &self.shared) {
+            (Answer::NotAsked, _) => Verdict::Skip,
             (Answer::Budget(Ok(())), _) => {
                 cx.shared_budget = held;
                 Verdict::Pass(CheckResult::Pass)

@@ -114,8 +114,13 @@ impl Check for RateLimit {
         }
     }
 
+    fn joins_asks(&self) -> bool {
+        true
+    }
+
     fn on_answer(&self, ex: &mut Exchange, cx: &mut Ctx, answer: Answer) -> Verdict {
         match (answer, &self.shared) {
+            (Answer::NotAsked, _) => Verdict::Skip,
             (Answer::Rate(counts), _) => self.decided(ex, cx, counts),
             (Answer::Unavailable(why), Some(c)) => self.without_store(c, ex, cx, &why),
             _ => self.local(ex, cx, limits(ex).expect("asked only with limits")),

@@ -15,48 +15,43 @@ use redis::Script;
 
 use crate::pipeline::shared::BudgetEntry;
 
-/// KEYS: marker, then (hash, zset) per entry. ARGV: now (0 = server clock), amount,
-/// reservation id, ttl ms, then one limit per entry.
-/// Returns {1} reserved, {0, i, used} entry i (1-based) is over, {-1} not loaded.
-const RESERVE: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local amount, rid, ttl = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local n = (#KEYS - 1) / 2
-for i = 1, n do
-  local h, z = KEYS[2 * i], KEYS[2 * i + 1]
-  local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-  for _, id in ipairs(dead) do
-    local a = redis.call('HGET', h, 'r:' .. id)
-    if a then
-      redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a))
-      redis.call('HDEL', h, 'r:' .. id)
-    end
-    redis.call('ZREM', z, id)
-  end
-end
-for i = 1, n do
-  local h = KEYS[2 * i]
-  local limit = tonumber(ARGV[4 + i])
-  local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
-  local reserved = math.max(tonumber(redis.call('HGET', h, 'reserved') or '0'), 0)
-  if not (spent < limit and spent + reserved + amount <= limit + 1e-9) then
-    return {0, i, tostring(spent + reserved)}
-  end
-end
-if amount > 0 then
+/// Reserves `amount` against every entry, all or nothing. `keys[k]` is the marker, then
+/// (hash, zset) per entry; `limits` one per entry. Returns {1} reserved, {0, i, used} entry i
+/// (1-based) is over, {-1} spend not loaded. Holds past their deadline are reaped first.
+pub(super) const RESERVE_FN: &str = r#"
+local function budget_reserve(keys, k, n, now, amount, rid, ttl, limits)
+  if redis.call('EXISTS', keys[k]) == 0 then return {-1} end
   for i = 1, n do
-    local h, z = KEYS[2 * i], KEYS[2 * i + 1]
-    redis.call('HINCRBYFLOAT', h, 'reserved', amount)
-    redis.call('HSET', h, 'r:' .. rid, amount)
-    redis.call('ZADD', z, now + ttl, rid)
+    local h, z = keys[k + 2 * i - 1], keys[k + 2 * i]
+    local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+    for _, id in ipairs(dead) do
+      local a = redis.call('HGET', h, 'r:' .. id)
+      if a then
+        redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a))
+        redis.call('HDEL', h, 'r:' .. id)
+      end
+      redis.call('ZREM', z, id)
+    end
   end
+  for i = 1, n do
+    local h = keys[k + 2 * i - 1]
+    local limit = limits[i]
+    local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
+    local reserved = math.max(tonumber(redis.call('HGET', h, 'reserved') or '0'), 0)
+    if not (spent < limit and spent + reserved + amount <= limit + 1e-9) then
+      return {0, i, tostring(spent + reserved)}
+    end
+  end
+  if amount > 0 then
+    for i = 1, n do
+      local h, z = keys[k + 2 * i - 1], keys[k + 2 * i]
+      redis.call('HINCRBYFLOAT', h, 'reserved', amount)
+      redis.call('HSET', h, 'r:' .. rid, amount)
+      redis.call('ZADD', z, now + ttl, rid)
+    end
+  end
+  return {1}
 end
-return {1}
 "#;
 
 /// Adds a request's real cost to its spend hashes and releases its holds (the settlement
@@ -93,15 +88,8 @@ end
 return #KEYS
 "#;
 
-pub(super) struct Scripts {
-    pub reserve: Script,
-    pub seed: Script,
-}
-
-impl Scripts {
-    pub fn new() -> Scripts {
-        Scripts { reserve: Script::new(RESERVE), seed: Script::new(SEED) }
-    }
+pub(super) fn seed_script() -> Script {
+    Script::new(SEED)
 }
 
 /// Monthly spend hashes outlive their month by a little (a month is at most 31 days).

@@ -13,6 +13,7 @@
 //! the store back as soon as it answers, and rebuilds budget spend from the database when Redis
 //! lost it.
 
+mod admit;
 pub mod budget;
 pub mod rate;
 mod settle;
@@ -85,8 +86,9 @@ pub struct Cluster {
     settler: tokio::sync::mpsc::Sender<settle::Op>,
     /// Where Redis is, without credentials.
     pub address: String,
-    rate: rate::Scripts,
-    budget: budget::Scripts,
+    /// The admission script (`admit`) and the spend rebuild.
+    admit: redis::Script,
+    seed: redis::Script,
 }
 
 /// `redis://user:password@host:port/db` without the part before `@`.
@@ -134,8 +136,8 @@ impl Cluster {
             wake: tokio::sync::Notify::new(),
             settler,
             address,
-            rate: rate::Scripts::new(),
-            budget: budget::Scripts::new(),
+            admit: admit::script(),
+            seed: budget::seed_script(),
         });
         rt.spawn(settle::run(cluster.clone(), queue));
         Ok(Some(cluster))
@@ -198,56 +200,33 @@ impl Cluster {
         format!("{}{}", self.prefix, parts)
     }
 
-    async fn answer(&self, ask: Ask) -> Answer {
+    async fn answer(&self, asks: Vec<Ask>) -> Vec<Answer> {
+        let n = asks.len();
         if !self.is_up() {
-            return Answer::Unavailable(self.reason());
+            return vec![Answer::Unavailable(self.reason()); n];
         }
-        let op = match &ask {
-            Ask::Rate { .. } => "rate",
-            Ask::Budget { .. } => "budget",
-            Ask::Cache { .. } => "cache",
+        let op = match asks.first() {
+            Some(Ask::Cache { .. }) => "cache",
+            _ => "admit",
         };
-        match tokio::time::timeout(self.timeout, self.call(ask)).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => Answer::Unavailable(self.failed(op, &e)),
-            Err(_) => Answer::Unavailable(self.timed_out(op)),
+        match tokio::time::timeout(self.timeout, self.call(asks)).await {
+            Ok(Ok(answers)) => answers,
+            Ok(Err(e)) => vec![Answer::Unavailable(self.failed(op, &e)); n],
+            Err(_) => vec![Answer::Unavailable(self.timed_out(op)); n],
         }
     }
 
-    async fn call(&self, ask: Ask) -> redis::RedisResult<Answer> {
+    /// A cache lookup is a GET; rate and budget asks are one admission script call.
+    async fn call(&self, asks: Vec<Ask>) -> redis::RedisResult<Vec<Answer>> {
         let mut conn = self.conn.clone();
-        match ask {
-            Ask::Rate { key_id, rpm, tpm, ask } => {
-                let [r, t, min, max] = rate::admit_args(rpm, tpm, ask);
-                let key = self.key(format_args!("rl:{key_id}"));
-                let reply: Vec<i64> =
-                    self.rate.admit.key(key).arg(0).arg(r).arg(t).arg(min).arg(max).invoke_async(&mut conn).await?;
-                Ok(match rate::counts(&reply) {
-                    Some(c) => Answer::Rate(c),
-                    None => Answer::Unavailable("unexpected reply from the rate script".into()),
-                })
-            }
-            Ask::Budget { entries, amount_usd, reservation } => {
-                let marker = self.key(format_args!("seeded"));
-                let mut inv = self.budget.reserve.prepare_invoke();
-                inv.key(marker);
-                for e in &entries {
-                    inv.key(budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
-                    inv.key(budget::zset_key(&self.prefix, e.scope, &e.scope_id, &e.period_key));
-                }
-                inv.arg(0).arg(amount_usd).arg(&reservation).arg(self.reservation_ttl_ms);
-                for e in &entries {
-                    inv.arg(e.limit_usd);
-                }
-                let reply: Vec<redis::Value> = inv.invoke_async(&mut conn).await?;
-                Ok(budget_answer(&reply, self))
-            }
-            Ask::Cache { key } => {
-                let k = self.key(format_args!("c:{}", hex::encode(key)));
-                let got: Option<Vec<u8>> = redis::cmd("GET").arg(k).query_async(&mut conn).await?;
-                Ok(Answer::Cache(got.and_then(|b| decode_cached(&b))))
-            }
+        if let [Ask::Cache { key }] = asks.as_slice() {
+            let k = self.key(format_args!("c:{}", hex::encode(key)));
+            let got: Option<Vec<u8>> = redis::cmd("GET").arg(k).query_async(&mut conn).await?;
+            return Ok(vec![Answer::Cache(got.and_then(|b| decode_cached(&b)))]);
         }
+        let inv = admit::invocation(self, &self.admit, 0, &asks);
+        let reply: Vec<redis::Value> = inv.invoke_async(&mut conn).await?;
+        Ok(admit::answers(self, &asks, reply))
     }
 
     /// Queues a settlement for the batch task; never waits (a full queue drops it, counted).
@@ -387,7 +366,7 @@ impl Cluster {
         }
         let all: Vec<(String, f64)> = sums.into_iter().collect();
         for chunk in all.chunks(500) {
-            let mut inv = self.budget.seed.prepare_invoke();
+            let mut inv = self.seed.prepare_invoke();
             for (k, v) in chunk {
                 inv.key(k).arg(*v);
             }
@@ -432,8 +411,8 @@ fn budget_answer(reply: &[redis::Value], c: &Cluster) -> Answer {
 }
 
 impl SharedStore for Cluster {
-    fn ask(&self, ask: Ask) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
-        Box::pin(self.answer(ask))
+    fn ask(&self, asks: Vec<Ask>) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send + '_>> {
+        Box::pin(self.answer(asks))
     }
 }
 

@@ -7,8 +7,6 @@
 //! compute the same estimate from them; `tests/cluster_redis.rs` pins the two to each other.
 //! The clock is Redis's own (`TIME`), one clock for every instance; a test may pass its own.
 
-use redis::Script;
-
 use crate::pipeline::shared::RateCounts;
 use crate::ratelimit::{Pair, State, TokenAsk};
 
@@ -54,44 +52,34 @@ local function rate_settle(key, now, from, delta)
 end
 "#;
 
-/// ARGV: now, rpm (-1 = none), tpm (-1 = none), ask.min, ask.max.
-/// Returns {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
-const ADMIT: &str = r#"
-local now = clock(ARGV[1])
-local s, rp, rc, tp, tc = roll(KEYS[1], now)
-local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
-local amin, amax = tonumber(ARGV[4]), tonumber(ARGV[5])
-local frac = (now - s) / 60000
-local used_r = rp * (1.0 - frac) + rc
-local used_t = tp * (1.0 - frac) + tc
-local ok = 1
-if rpm >= 0 and used_r + 1.0 > rpm then ok = 0 end
-local tokens = 0
-if tpm >= 0 then
-  if amin > tpm or used_t + amin > tpm then
-    ok = 0
-  else
-    local room = math.floor(tpm - used_t)
-    if room < 0 then room = 0 end
-    tokens = math.max(math.min(amax, room), amin)
+/// Counts one request and what fits of the ask against every limit of the key at once (the
+/// steps of `ratelimit::admit`). rpm/tpm -1 = none. Returns
+/// {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
+pub(super) const ADMIT_FN: &str = r#"
+local function rate_admit(key, now, rpm, tpm, amin, amax)
+  local s, rp, rc, tp, tc = roll(key, now)
+  local frac = (now - s) / 60000
+  local used_r = rp * (1.0 - frac) + rc
+  local used_t = tp * (1.0 - frac) + tc
+  local ok = 1
+  if rpm >= 0 and used_r + 1.0 > rpm then ok = 0 end
+  local tokens = 0
+  if tpm >= 0 then
+    if amin > tpm or used_t + amin > tpm then
+      ok = 0
+    else
+      local room = math.floor(tpm - used_t)
+      if room < 0 then room = 0 end
+      tokens = math.max(math.min(amax, room), amin)
+    end
   end
+  if ok == 1 then
+    redis.call('HSET', key, 's', s, 'rp', rp, 'rc', rc + 1, 'tp', tp, 'tc', tc + tokens)
+    redis.call('PEXPIRE', key, 180000)
+  end
+  return {ok, now, s, rp, rc, tp, tc, tokens}
 end
-if ok == 1 then
-  redis.call('HSET', KEYS[1], 's', s, 'rp', rp, 'rc', rc + 1, 'tp', tp, 'tc', tc + tokens)
-  redis.call('PEXPIRE', KEYS[1], 180000)
-end
-return {ok, now, s, rp, rc, tp, tc, tokens}
 "#;
-
-pub(super) struct Scripts {
-    pub admit: Script,
-}
-
-impl Scripts {
-    pub fn new() -> Scripts {
-        Scripts { admit: Script::new(&format!("{ROLL_FN}{ADMIT}")) }
-    }
-}
 
 /// `-1` for "no limit" (Lua has no `nil` in ARGV).
 pub(super) fn limit_arg(l: Option<u64>) -> i64 {
@@ -159,7 +147,7 @@ mod tests {
     #[tokio::test]
     async fn the_script_decides_as_the_in_process_limiter() {
         let Some(mut conn) = redis().await else { return };
-        let scripts = Scripts::new();
+        let admission = super::super::admit::script();
         let settle = super::super::settle::script();
         let key = format!("tollgate-test:rl:{}", uuid::Uuid::new_v4().simple());
         let mut local = State::default();
@@ -178,9 +166,11 @@ mod tests {
                 _ => TokenAsk::new(rng.next(25_000), Some(rng.next(100)), 1024),
             };
             let [r, t, min, max] = admit_args(rpm, tpm, ask);
-            let reply: Vec<i64> =
-                scripts.admit.key(&key).arg(now).arg(r).arg(t).arg(min).arg(max).invoke_async(&mut conn).await.unwrap();
-            let c = counts(&reply).unwrap();
+            let mut inv = admission.prepare_invoke();
+            inv.arg(now).key(&key).arg("r").arg(r).arg(t).arg(min).arg(max);
+            let replies: Vec<Vec<i64>> = inv.invoke_async(&mut conn).await.unwrap();
+            let reply = &replies[0];
+            let c = counts(reply).unwrap();
             let mut h: Headers = Vec::new();
             let mut before = local;
             before.roll_for_test(now);

@@ -25,6 +25,13 @@ pub trait Check: Send + Sync + 'static {
         Verdict::Skip
     }
 
+    /// Whether this check's `on_request` may run before the check just before it is decided,
+    /// so that both ask the shared store in one round trip: it prepares nothing that outlives
+    /// an [`shared::Answer::NotAsked`] (no events, no edits of the request).
+    fn joins_asks(&self) -> bool {
+        false
+    }
+
     /// The shared store's answer to the [`Verdict::Ask`] this check returned from
     /// `on_request`; decides as `on_request` does (it may not ask again).
     fn on_answer(&self, _ex: &mut Exchange, _cx: &mut Ctx, _answer: shared::Answer) -> Verdict {
@@ -114,32 +121,85 @@ impl Pipeline {
         self.checks.iter().map(|c| c.name()).collect()
     }
 
+    /// Runs the request checks in table order until one blocks or serves. Checks that ask the
+    /// shared store one after the other (rate limit, then budget) are asked in one round trip,
+    /// decided in order there: the store stops at the first refusal, and a check whose ask was
+    /// not decided is told so ([`shared::Answer::NotAsked`]) and recorded as not run.
     pub async fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Step {
-        for check in &self.checks {
-            let name = check.name();
-            let mut verdict = check.on_request(ex, cx);
-            if let Verdict::Ask(ask) = verdict {
-                let answer = match &self.shared {
-                    Some(store) => store.ask(ask).await,
-                    None => shared::Answer::Unavailable("no shared store is configured".into()),
-                };
-                verdict = check.on_answer(ex, cx, answer);
-            }
-            match verdict {
-                Verdict::Skip | Verdict::Ask(_) => {}
-                Verdict::Pass(result) => record(&mut cx.checks, name, result),
-                Verdict::Redact => record(&mut cx.checks, name, CheckResult::Redact),
-                Verdict::Block(result, e) => {
-                    record(&mut cx.checks, name, result);
-                    return Step::Block(e);
+        let mut i = 0;
+        while i < self.checks.len() {
+            let verdict = self.checks[i].on_request(ex, cx);
+            let Verdict::Ask(first) = verdict else {
+                if let Some(step) = self.apply(i, verdict, cx) {
+                    return step;
                 }
-                Verdict::Serve(hit) => {
-                    record(&mut cx.checks, name, CheckResult::Hit);
-                    return Step::Serve(hit);
+                i += 1;
+                continue;
+            };
+            let mut asks = vec![first];
+            let mut next = i + 1;
+            let mut after = None;
+            while self.checks[i].joins_asks() && next < self.checks.len() && self.checks[next].joins_asks() {
+                match self.checks[next].on_request(ex, cx) {
+                    Verdict::Ask(a) => asks.push(a),
+                    other => {
+                        after = Some(other);
+                        break;
+                    }
+                }
+                next += 1;
+            }
+            let n = asks.len();
+            let mut answers = match &self.shared {
+                Some(store) => store.ask(asks).await,
+                None => vec![shared::Answer::Unavailable("no shared store is configured".into()); n],
+            }
+            .into_iter();
+            for j in i..i + n {
+                let answer = answers.next().unwrap_or(shared::Answer::NotAsked);
+                let verdict = self.checks[j].on_answer(ex, cx, answer);
+                if let Some(step) = self.apply(j, verdict, cx) {
+                    // The checks asked after this one were not decided: they let go of what
+                    // they prepared.
+                    for k in j + 1..i + n {
+                        let _ = self.checks[k].on_answer(ex, cx, shared::Answer::NotAsked);
+                    }
+                    return step;
                 }
             }
+            if let Some(verdict) = after {
+                if let Some(step) = self.apply(next, verdict, cx) {
+                    return step;
+                }
+                next += 1;
+            }
+            i = next;
         }
         Step::Continue
+    }
+
+    /// Records check `i`'s verdict; `Some` when it ends the request phase.
+    fn apply(&self, i: usize, verdict: Verdict, cx: &mut Ctx) -> Option<Step> {
+        let name = self.checks[i].name();
+        match verdict {
+            Verdict::Skip | Verdict::Ask(_) => None,
+            Verdict::Pass(result) => {
+                record(&mut cx.checks, name, result);
+                None
+            }
+            Verdict::Redact => {
+                record(&mut cx.checks, name, CheckResult::Redact);
+                None
+            }
+            Verdict::Block(result, e) => {
+                record(&mut cx.checks, name, result);
+                Some(Step::Block(e))
+            }
+            Verdict::Serve(hit) => {
+                record(&mut cx.checks, name, CheckResult::Hit);
+                Some(Step::Serve(hit))
+            }
+        }
     }
 
     /// [`Pipeline::on_request`] of a pipeline without a shared store, where no check waits:
@@ -223,6 +283,87 @@ mod tests {
         assert!(matches!(step, Step::Block(e) if e.kind == ErrorKind::RateLimited));
         let got: Vec<_> = cx.checks.iter().map(|c| format!("{}:{}", c.name, c.result)).collect();
         assert_eq!(got, ["ALLOWLIST:PASS", "RATELIMIT:BLOCK"]);
+    }
+
+    /// A check that asks the shared store and passes or blocks on its answer.
+    struct Asking(CheckName, std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>);
+    impl Check for Asking {
+        fn name(&self) -> CheckName {
+            self.0
+        }
+        fn joins_asks(&self) -> bool {
+            true
+        }
+        fn on_request(&self, _ex: &mut Exchange, _cx: &mut Ctx) -> Verdict {
+            Verdict::Ask(shared::Ask::Cache { key: [0; 32] })
+        }
+        fn on_answer(&self, _ex: &mut Exchange, _cx: &mut Ctx, answer: shared::Answer) -> Verdict {
+            let (seen, verdict) = match answer {
+                shared::Answer::Cache(None) => ("pass", Verdict::Pass(CheckResult::Pass)),
+                shared::Answer::NotAsked => ("not asked", Verdict::Skip),
+                _ => ("block", Verdict::Block(CheckResult::Block, ApiError::new(ErrorKind::RateLimited, "x"))),
+            };
+            self.1.lock().unwrap().push(seen);
+            verdict
+        }
+    }
+
+    /// Answers the first `admit` asks of each round trip, then refuses (and decides no more).
+    struct Store {
+        admit: usize,
+        calls: std::sync::Mutex<Vec<usize>>,
+    }
+    impl shared::SharedStore for Store {
+        fn ask(
+            &self,
+            asks: Vec<shared::Ask>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<shared::Answer>> + Send + '_>> {
+            self.calls.lock().unwrap().push(asks.len());
+            let mut out: Vec<_> = (0..self.admit.min(asks.len())).map(|_| shared::Answer::Cache(None)).collect();
+            if out.len() < asks.len() {
+                out.push(shared::Answer::Unavailable("refused".into()));
+            }
+            Box::pin(async move { out })
+        }
+    }
+
+    fn run_asking(admit: usize) -> (Vec<String>, Vec<&'static str>, Vec<usize>) {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let store = std::sync::Arc::new(Store { admit, calls: Default::default() });
+        let p = Pipeline::new(vec![
+            Box::new(Fixed(CheckName::Allowlist, || Verdict::Pass(CheckResult::Pass))),
+            Box::new(Asking(CheckName::RateLimit, seen.clone())),
+            Box::new(Asking(CheckName::Budget, seen.clone())),
+            Box::new(Fixed(CheckName::Guardrail, || Verdict::Pass(CheckResult::Pass))),
+        ])
+        .with_shared(store.clone());
+        let mut ex = Exchange::fixture(serde_json::json!({"model": "gpt-4o-mini", "messages": []}));
+        let mut cx = Ctx::default();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let _ = rt.block_on(p.on_request(&mut ex, &mut cx));
+        let checks = cx.checks.iter().map(|c| format!("{}:{}", c.name, c.result)).collect();
+        let seen = seen.lock().unwrap().clone();
+        let calls = store.calls.lock().unwrap().clone();
+        (checks, seen, calls)
+    }
+
+    /// Adjacent asks go in one round trip and are decided in table order; after a refusal the
+    /// later asker is told it was not asked and is not recorded.
+    #[test]
+    fn adjacent_asks_share_one_round_trip_and_stop_at_the_first_refusal() {
+        let (checks, seen, calls) = run_asking(2);
+        assert_eq!(calls, [2], "one round trip for both");
+        assert_eq!(seen, ["pass", "pass"]);
+        assert_eq!(checks, ["ALLOWLIST:PASS", "RATELIMIT:PASS", "BUDGET:PASS", "GUARDRAIL:PASS"]);
+
+        let (checks, seen, calls) = run_asking(0);
+        assert_eq!(calls, [2]);
+        assert_eq!(seen, ["block", "not asked"]);
+        assert_eq!(checks, ["ALLOWLIST:PASS", "RATELIMIT:BLOCK"]);
+
+        let (checks, seen, _) = run_asking(1);
+        assert_eq!(seen, ["pass", "block"]);
+        assert_eq!(checks, ["ALLOWLIST:PASS", "RATELIMIT:PASS", "BUDGET:BLOCK"]);
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum Answer {
     /// the amount does not fit; nothing was reserved.
     Budget(Result<(), (usize, f64)>),
     Cache(Option<Cached>),
+    /// Not decided: an ask before it in the same round trip was refused. The check lets go of
+    /// what it prepared; its verdict is not recorded.
+    NotAsked,
     /// The store could not answer (unreachable, timed out, not yet loaded): the check applies
     /// the configured fault behaviour. The text says why, for logs and the client's message.
     Unavailable(String),
@@ -61,5 +64,7 @@ pub struct RateCounts {
 
 /// The shared store, as the pipeline sees it.
 pub trait SharedStore: Send + Sync + 'static {
-    fn ask(&self, ask: Ask) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>>;
+    /// Decides `asks` in order in one round trip, stopping after the first refusal: the answers
+    /// are as many as were decided (all of them when it could not answer: `Unavailable` each).
+    fn ask(&self, asks: Vec<Ask>) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send + '_>>;
 }
