@@ -99,9 +99,10 @@ impl Check for Budget {
             None => self.local(ex, cx, &limits),
             Some(c) if c.is_up() => {
                 let entries = crate::cluster::budget_entries(&limits, ex.now);
-                let reservation = uuid::Uuid::new_v4().simple().to_string();
-                cx.shared_budget = Some(Held { reservation: reservation.clone(), entries: entries.clone() });
-                Verdict::Ask(Ask::Budget { entries, amount_usd: Self::amount(ex), reservation })
+                let amount_usd = Self::amount(ex);
+                let amount = crate::cluster::budget::nanos(amount_usd).max(0);
+                cx.shared_budget = Some(Held { entries: entries.clone(), amount, bucket: 0 });
+                Verdict::Ask(Ask::Budget { entries, amount_usd })
             }
             Some(c) => self.without_store(c, ex, cx, &c.reason()),
         }
@@ -117,8 +118,8 @@ impl Check for Budget {
         let held = cx.shared_budget.take();
         match (answer, &self.shared) {
             (Answer::NotAsked, _) => Verdict::Skip,
-            (Answer::Budget(Ok(())), _) => {
-                cx.shared_budget = held;
+            (Answer::Budget(Ok(bucket)), _) => {
+                cx.shared_budget = held.map(|h| Held { bucket, ..h });
                 Verdict::Pass(CheckResult::Pass)
             }
             (Answer::Budget(Err((i, used))), _) => {

@@ -152,12 +152,15 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
     let hash = format!("{prefix}b:key:{key_id}:total");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let spent: f64 = redis_hget(&redis, &hash, "spent").parse().unwrap_or(0.0);
-        let reserved: f64 = redis_hget(&redis, &hash, "reserved").parse().unwrap_or(0.0);
-        if (spent - total).abs() < 1e-6 && reserved.abs() < 1e-9 {
+        // Money is integer nano-dollars there; holds are `r:{bucket}` fields.
+        let fields = redis_hgetall(&redis, &hash);
+        let spent = fields.get("spent").and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) as f64 / 1e9;
+        let held: i64 =
+            fields.iter().filter(|(k, _)| k.starts_with("r:")).map(|(_, v)| v.parse::<i64>().unwrap()).sum();
+        if (spent - total).abs() < 1e-6 && held == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "Redis holds spent {spent} reserved {reserved}; receipts say {total}");
+        assert!(Instant::now() < deadline, "Redis holds spent {spent} held {held}; receipts say {total}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -283,8 +286,17 @@ fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let raw = redis_hget(&redis.url(), &format!("tollgate:b:key:{key_id}:total"), "spent");
-    let spent: f64 = raw.parse().unwrap_or(0.0);
-    assert!(spent >= 0.1 - 1e-6, "spend reloaded from the database: {raw:?}");
+    let spent = raw.parse::<i64>().unwrap_or(0) as f64 / 1e9;
+    assert!(spent >= 0.1 - 1e-6, "spend reloaded from the database: {raw:?} nano-dollars");
+}
+
+/// `HGETALL key` through redis-cli.
+fn redis_hgetall(url: &str, key: &str) -> std::collections::HashMap<String, String> {
+    let port = url.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("redis-cli").args(["-p", port, "HGETALL", key]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    lines.chunks(2).filter(|p| p.len() == 2).map(|p| (p[0].to_string(), p[1].to_string())).collect()
 }
 
 /// `HGET key field` through redis-cli.

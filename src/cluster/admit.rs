@@ -23,10 +23,10 @@ while a <= #ARGV do
   elseif op == 'b' then
     local n = tonumber(ARGV[a + 1])
     local limits = {}
-    for i = 1, n do limits[i] = tonumber(ARGV[a + 4 + i]) end
-    res = budget_reserve(KEYS, k, n, now, tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]), limits)
+    for i = 1, n do limits[i] = tonumber(ARGV[a + 3 + i]) end
+    res = budget_reserve(KEYS, k, n, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), limits)
     out[#out + 1] = res
-    k, a = k + 1 + 2 * n, a + 5 + n
+    k, a = k + 1 + n, a + 4 + n
     if res[1] ~= 1 then break end
   else
     return redis.error_reply('unknown ask ' .. tostring(op))
@@ -49,15 +49,14 @@ pub(super) fn invocation<'a>(c: &Cluster, script: &'a Script, now: i64, asks: &[
                 let [r, t, min, max] = rate::admit_args(*rpm, *tpm, *ask);
                 inv.key(c.key(format_args!("rl:{key_id}"))).arg("r").arg(r).arg(t).arg(min).arg(max);
             }
-            Ask::Budget { entries, amount_usd, reservation } => {
+            Ask::Budget { entries, amount_usd } => {
                 inv.key(c.key(format_args!("seeded")));
                 for e in entries {
                     inv.key(budget::hash_key(&c.prefix, e.scope, &e.scope_id, &e.period_key));
-                    inv.key(budget::zset_key(&c.prefix, e.scope, &e.scope_id, &e.period_key));
                 }
-                inv.arg("b").arg(entries.len()).arg(*amount_usd).arg(reservation).arg(c.reservation_ttl_ms);
+                inv.arg("b").arg(entries.len()).arg(budget::nanos(*amount_usd).max(0)).arg(c.reservation_ttl_ms);
                 for e in entries {
-                    inv.arg(e.limit_usd);
+                    inv.arg(budget::nanos(e.limit_usd));
                 }
             }
             Ask::Cache { .. } => unreachable!("a cache lookup is a GET of its own"),

@@ -1,11 +1,16 @@
 //! Budget spend and reservations in Redis: reserve against key, team pool and tenant budgets
-//! in one atomic script, settle in a second one off the answer's path.
+//! in one atomic script (with the rate limit's admission, `admit`), settle in a batch off the
+//! answer's path (`settle`).
 //!
-//! Per scope entry and period one hash, `{prefix}b:{scope}:{id}:{period}`: `spent` (settled
-//! USD), `reserved` (held by requests in flight) and one field `r:{reservation}` per hold;
-//! beside it a sorted set `{prefix}bz:…` of each hold's deadline. A process that dies with
-//! holds leaves them until their deadline (`cluster.reservation_ttl_seconds`), when the next
-//! reservation on that entry reaps them.
+//! Per scope entry and period one hash, `{prefix}b:{scope}:{id}:{period}`: `spent` and the
+//! amounts held by requests in flight, by time bucket: `r:{b}` with `b = now / ttl`
+//! (`cluster.reservation_ttl_seconds`). What is held is the current and the previous bucket; a
+//! settlement takes its amount back from the bucket it was held in. So a process that dies with
+//! holds leaves them for one to two TTLs, and nothing has to find and reap them (the sliding
+//! window trick of the rate limiter, O(1) per request).
+//!
+//! Money is integer nano-dollars (`HINCRBY`): exact sums, and Redis formats no floats (float
+//! formatting and parsing were a tenth of Redis's CPU flat out with `HINCRBYFLOAT`).
 //!
 //! `spent` is rebuilt from PostgreSQL's `key_spend` (the durable record, moved with receipts)
 //! whenever the marker `{prefix}seeded` is missing: after a Redis restart or flush. Until the
@@ -15,70 +20,68 @@ use redis::Script;
 
 use crate::pipeline::shared::BudgetEntry;
 
-/// Reserves `amount` against every entry, all or nothing. `keys[k]` is the marker, then
-/// (hash, zset) per entry; `limits` one per entry. Returns {1} reserved, {0, i, used} entry i
-/// (1-based) is over, {-1} spend not loaded. Holds past their deadline are reaped first.
+/// USD as integer nano-dollars (a request's rounding is at most half a nano-dollar).
+pub fn nanos(usd: f64) -> i64 {
+    if usd.is_finite() {
+        (usd * 1e9).round().clamp(i64::MIN as f64, i64::MAX as f64) as i64
+    } else {
+        0
+    }
+}
+
+pub fn usd(nanos: i64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// Reserves `amount` (nanos) against every entry, all or nothing. `keys[k]` is the marker,
+/// then one hash per entry; `limits` (nanos) one per entry. Returns {1, bucket} reserved,
+/// {0, i, used} entry i (1-based) has `used` (spent + held) and it does not fit, {-1} spend
+/// not loaded.
 pub(super) const RESERVE_FN: &str = r#"
-local function budget_reserve(keys, k, n, now, amount, rid, ttl, limits)
+local function budget_reserve(keys, k, n, now, amount, ttl, limits)
   if redis.call('EXISTS', keys[k]) == 0 then return {-1} end
+  local b = math.floor(now / ttl)
+  local cur, prev = 'r:' .. b, 'r:' .. (b - 1)
   for i = 1, n do
-    local h, z = keys[k + 2 * i - 1], keys[k + 2 * i]
-    local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-    for _, id in ipairs(dead) do
-      local a = redis.call('HGET', h, 'r:' .. id)
-      if a then
-        redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a))
-        redis.call('HDEL', h, 'r:' .. id)
-      end
-      redis.call('ZREM', z, id)
-    end
-  end
-  for i = 1, n do
-    local h = keys[k + 2 * i - 1]
-    local limit = limits[i]
-    local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
-    local reserved = math.max(tonumber(redis.call('HGET', h, 'reserved') or '0'), 0)
-    if not (spent < limit and spent + reserved + amount <= limit + 1e-9) then
-      return {0, i, tostring(spent + reserved)}
+    local v = redis.call('HMGET', keys[k + i], 'spent', cur, prev)
+    local spent = tonumber(v[1]) or 0
+    local held = math.max((tonumber(v[2]) or 0) + (tonumber(v[3]) or 0), 0)
+    if not (spent < limits[i] and spent + held + amount <= limits[i]) then
+      return {0, i, spent + held}
     end
   end
   if amount > 0 then
     for i = 1, n do
-      local h, z = keys[k + 2 * i - 1], keys[k + 2 * i]
-      redis.call('HINCRBYFLOAT', h, 'reserved', amount)
-      redis.call('HSET', h, 'r:' .. rid, amount)
-      redis.call('ZADD', z, now + ttl, rid)
+      if redis.call('HINCRBY', keys[k + i], cur, amount) == amount then
+        redis.call('HDEL', keys[k + i], 'r:' .. (b - 2), 'r:' .. (b - 3))
+      end
     end
   end
-  return {1}
+  return {1, b}
 end
 "#;
 
-/// Adds a request's real cost to its spend hashes and releases its holds (the settlement
-/// batch, `cluster::settle`, calls it once per request).
+/// Adds a request's real cost (nanos) to its spend hashes (`m` of them from `keys[k + n]`:
+/// total, month per scope; months expire) and gives its holds back (`n` hashes from
+/// `keys[k]`, `amount` held in `bucket`).
 pub(super) const SETTLE_FN: &str = r#"
-local function budget_settle(keys, k, n, m, rid, cost, month_ttl)
+local function budget_settle(keys, k, n, m, now, ttl, bucket, amount, cost, month_ttl)
   if cost > 0 then
-    for i = k + 2 * n, k + 2 * n + m - 1 do
-      redis.call('HINCRBYFLOAT', keys[i], 'spent', cost)
-      if (i - k - 2 * n) % 2 == 1 then redis.call('EXPIRE', keys[i], month_ttl) end
+    for i = k + n, k + n + m - 1 do
+      local total = redis.call('HINCRBY', keys[i], 'spent', cost)
+      if (i - k - n) % 2 == 1 and total == cost then redis.call('EXPIRE', keys[i], month_ttl) end
     end
   end
-  for i = 0, n - 1 do
-    local h, z = keys[k + 2 * i], keys[k + 2 * i + 1]
-    local a = redis.call('HGET', h, 'r:' .. rid)
-    if a then
-      local left = tonumber(redis.call('HINCRBYFLOAT', h, 'reserved', -tonumber(a)))
-      if left < 1e-9 then redis.call('HSET', h, 'reserved', 0) end
-      redis.call('HDEL', h, 'r:' .. rid)
+  if amount > 0 and bucket >= math.floor(now / ttl) - 1 then
+    for i = k, k + n - 1 do
+      redis.call('HINCRBY', keys[i], 'r:' .. bucket, -amount)
     end
-    redis.call('ZREM', z, rid)
   end
 end
 "#;
 
-/// KEYS: the hashes; ARGV: their spend from the database. Each `spent` becomes the larger of
-/// the two (Redis may already hold spend settled after the database was read).
+/// KEYS: the hashes; ARGV: their spend from the database (nanos). Each `spent` becomes the
+/// larger of the two (Redis may already hold spend settled after the database was read).
 const SEED: &str = r#"
 for i = 1, #KEYS do
   local cur = tonumber(redis.call('HGET', KEYS[i], 'spent') or '0')
@@ -100,14 +103,12 @@ pub(super) fn hash_key(prefix: &str, scope: &str, scope_id: &str, period_key: &s
     format!("{prefix}b:{scope}:{scope_id}:{period_key}")
 }
 
-/// The sorted set of its holds' deadlines.
-pub(super) fn zset_key(prefix: &str, scope: &str, scope_id: &str, period_key: &str) -> String {
-    format!("{prefix}bz:{scope}:{scope_id}:{period_key}")
-}
-
 /// What a request holds in Redis until it settles.
 #[derive(Debug, Clone)]
 pub struct Held {
-    pub reservation: String,
     pub entries: Vec<BudgetEntry>,
+    /// Nano-dollars held in each entry.
+    pub amount: i64,
+    /// The time bucket they are held in (set when Redis reserved them).
+    pub bucket: i64,
 }

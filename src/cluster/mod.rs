@@ -250,21 +250,16 @@ impl Cluster {
         if held.is_none() && cost == 0.0 {
             return;
         }
-        let (reservation, holds) = match held {
+        let (holds, bucket, amount) = match held {
             Some(h) => {
                 let holds = h
                     .entries
                     .iter()
-                    .map(|e| {
-                        (
-                            budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key),
-                            budget::zset_key(&self.prefix, e.scope, &e.scope_id, &e.period_key),
-                        )
-                    })
+                    .map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key))
                     .collect();
-                (h.reservation, holds)
+                (holds, h.bucket, h.amount)
             }
-            None => (String::new(), Vec::new()),
+            None => (Vec::new(), 0, 0),
         };
         let mut spend = Vec::with_capacity(6);
         if cost > 0.0 {
@@ -273,7 +268,8 @@ impl Cluster {
                 spend.push(budget::hash_key(&self.prefix, scope, id, month));
             }
         }
-        self.settle(settle::Op::Budget { reservation, holds, spend, cost });
+        let (ttl_ms, cost) = (self.reservation_ttl_ms, budget::nanos(cost));
+        self.settle(settle::Op::Budget { holds, bucket, ttl_ms, amount, spend, cost });
     }
 
     /// Keeps an answer in the shared cache for `ttl` (if it is small enough).
@@ -353,10 +349,11 @@ impl Cluster {
         let now = chrono::Utc::now();
         let periods = [crate::budget::TOTAL.to_string(), crate::budget::month_key(now)];
         let rows = crate::store::spend::current(store, &periods).await.map_err(|e| format!("seed: database: {e}"))?;
-        let mut sums: std::collections::BTreeMap<String, f64> = Default::default();
+        let mut sums: std::collections::BTreeMap<String, i64> = Default::default();
         for r in rows {
             let mut add = |scope: &str, id: &str| {
-                *sums.entry(budget::hash_key(&self.prefix, scope, id, &r.period)).or_default() += r.cost_usd;
+                *sums.entry(budget::hash_key(&self.prefix, scope, id, &r.period)).or_default() +=
+                    budget::nanos(r.cost_usd);
             };
             add("key", &r.key_id);
             if let Some(team) = &r.team_id {
@@ -364,7 +361,7 @@ impl Cluster {
             }
             add("tenant", &r.tenant_id);
         }
-        let all: Vec<(String, f64)> = sums.into_iter().collect();
+        let all: Vec<(String, i64)> = sums.into_iter().collect();
         for chunk in all.chunks(500) {
             let mut inv = self.seed.prepare_invoke();
             for (k, v) in chunk {
@@ -396,11 +393,10 @@ fn budget_answer(reply: &[redis::Value], c: &Cluster) -> Answer {
     use redis::FromRedisValue;
     let int = |i: usize| reply.get(i).and_then(|v| i64::from_redis_value_ref(v).ok());
     match int(0) {
-        Some(1) => Answer::Budget(Ok(())),
+        Some(1) => Answer::Budget(Ok(int(1).unwrap_or(0))),
         Some(0) => {
             let i = int(1).unwrap_or(1).max(1) as usize - 1;
-            let used = reply.get(2).and_then(|v| String::from_redis_value_ref(v).ok()).and_then(|s| s.parse().ok());
-            Answer::Budget(Err((i, used.unwrap_or(0.0))))
+            Answer::Budget(Err((i, budget::usd(int(2).unwrap_or(0)))))
         }
         Some(-1) => {
             c.wake.notify_one();

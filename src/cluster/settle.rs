@@ -28,12 +28,15 @@ pub enum Op {
         from: i64,
         delta: i64,
     },
-    /// `holds`: (hash, zset) per held entry; `spend`: (total, month) hash pairs.
+    /// `holds`: the hashes `amount` nano-dollars are held in (time bucket `bucket`, buckets of
+    /// `ttl_ms`); `spend`: (total, month) hash pairs `cost` nano-dollars are added to.
     Budget {
-        reservation: String,
-        holds: Vec<(String, String)>,
+        holds: Vec<String>,
+        bucket: i64,
+        ttl_ms: i64,
+        amount: i64,
         spend: Vec<String>,
-        cost: f64,
+        cost: i64,
     },
     CachePut {
         key: String,
@@ -52,9 +55,10 @@ while a <= #ARGV do
     rate_settle(KEYS[k], now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
     k, a = k + 1, a + 3
   elseif op == 'b' then
-    local n, m = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    budget_settle(KEYS, k, n, m, ARGV[a + 1], tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]))
-    k, a = k + 2 * n + m, a + 6
+    local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    budget_settle(KEYS, k, n, m, now, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
+      tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]))
+    k, a = k + n + m, a + 8
   elseif op == 'c' then
     redis.call('SET', KEYS[k], ARGV[a + 2], 'PX', ARGV[a + 1])
     k, a = k + 1, a + 3
@@ -78,14 +82,11 @@ pub(super) fn invocation<'a>(script: &'a Script, now: i64, ops: &[Op]) -> Script
             Op::Rate { key, from, delta } => {
                 inv.key(key).arg("r").arg(*from).arg(*delta);
             }
-            Op::Budget { reservation, holds, spend, cost } => {
-                for (h, z) in holds {
-                    inv.key(h).key(z);
+            Op::Budget { holds, bucket, ttl_ms, amount, spend, cost } => {
+                for h in holds.iter().chain(spend) {
+                    inv.key(h);
                 }
-                for s in spend {
-                    inv.key(s);
-                }
-                inv.arg("b").arg(reservation).arg(holds.len()).arg(spend.len()).arg(*cost);
+                inv.arg("b").arg(holds.len()).arg(spend.len()).arg(*ttl_ms).arg(*bucket).arg(*amount).arg(*cost);
                 inv.arg(super::budget::MONTH_TTL_SECONDS);
             }
             Op::CachePut { key, value, ttl_ms } => {

@@ -17,7 +17,7 @@ pub enum Ask {
     /// Count one request and what fits of `ask` against the key's windows, all limits at once.
     Rate { key_id: Arc<str>, rpm: Option<u64>, tpm: Option<u64>, ask: TokenAsk },
     /// Reserve `amount_usd` against every budget entry, all or nothing.
-    Budget { entries: Vec<BudgetEntry>, amount_usd: f64, reservation: String },
+    Budget { entries: Vec<BudgetEntry>, amount_usd: f64 },
     /// The cached answer under this key, if any.
     Cache { key: [u8; 32] },
 }
@@ -37,9 +37,9 @@ pub struct BudgetEntry {
 #[derive(Debug, Clone)]
 pub enum Answer {
     Rate(RateCounts),
-    /// `Ok`: reserved everywhere. `Err((i, used))`: entry `i` has `used` (spent + reserved) and
-    /// the amount does not fit; nothing was reserved.
-    Budget(Result<(), (usize, f64)>),
+    /// `Ok(bucket)`: reserved everywhere, in that time bucket. `Err((i, used))`: entry `i` has
+    /// `used` USD (spent + held) and the amount does not fit; nothing was reserved.
+    Budget(Result<i64, (usize, f64)>),
     Cache(Option<Cached>),
     /// Not decided: an ask before it in the same round trip was refused. The check lets go of
     /// what it prepared; its verdict is not recorded.
