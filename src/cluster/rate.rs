@@ -19,12 +19,13 @@ local function roll(key, now)
   local rp, rc = tonumber(v[2]) or 0, tonumber(v[3]) or 0
   local tp, tc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
   local start = now - (now % 60000)
-  if start ~= s then
+  local rolled = start ~= s
+  if rolled then
     if start - s == 60000 then rp, tp = rc, tc else rp, tp = 0, 0 end
     rc, tc = 0, 0
     s = start
   end
-  return s, rp, rc, tp, tc
+  return s, rp, rc, tp, tc, rolled
 end
 local function clock(given)
   local now = tonumber(given)
@@ -39,7 +40,7 @@ end
 /// Moves `delta` tokens on the window a reservation was counted in (`ratelimit::settle_on`).
 pub(super) const SETTLE_FN: &str = r#"
 local function rate_settle(key, now, from, delta)
-  local s, rp, rc, tp, tc = roll(key, now)
+  local s, rp, rc, tp, tc, rolled = roll(key, now)
   if s == from then
     tc = math.max(tc + delta, 0)
   elseif s - from == 60000 then
@@ -48,7 +49,7 @@ local function rate_settle(key, now, from, delta)
     return
   end
   redis.call('HSET', key, 's', s, 'rp', rp, 'rc', rc, 'tp', tp, 'tc', tc)
-  redis.call('PEXPIRE', key, 180000)
+  if rolled then redis.call('PEXPIRE', key, 180000) end
 end
 "#;
 
@@ -57,7 +58,7 @@ end
 /// {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
 pub(super) const ADMIT_FN: &str = r#"
 local function rate_admit(key, now, rpm, tpm, amin, amax)
-  local s, rp, rc, tp, tc = roll(key, now)
+  local s, rp, rc, tp, tc, rolled = roll(key, now)
   local frac = (now - s) / 60000
   local used_r = rp * (1.0 - frac) + rc
   local used_t = tp * (1.0 - frac) + tc
@@ -75,7 +76,8 @@ local function rate_admit(key, now, rpm, tpm, amin, amax)
   end
   if ok == 1 then
     redis.call('HSET', key, 's', s, 'rp', rp, 'rc', rc + 1, 'tp', tp, 'tc', tc + tokens)
-    redis.call('PEXPIRE', key, 180000)
+    -- The windows matter until two minutes after the current one started: set once per window.
+    if rolled then redis.call('PEXPIRE', key, 180000) end
   end
   return {ok, now, s, rp, rc, tp, tc, tokens}
 end
