@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::budget::{Exceeded, Ledger, Limit, Period};
-use crate::cluster::{budget::Held, Cluster, Scopes};
+use crate::cluster::{budget::Held, Cluster};
 use crate::error::{ApiError, ErrorKind};
 use crate::pipeline::shared::{Answer, Ask};
 use crate::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
@@ -156,8 +156,7 @@ impl Check for Budget {
         let ex = done.ex;
         self.ledger.settle(cx.budget.take(), ex.tenant_id(), ex.key_id(), ex.team_id(), done.cost_usd, ex.now);
         if let Some(c) = &self.shared {
-            let scopes = Scopes { key_id: ex.key_id(), team_id: ex.team_id(), tenant_id: ex.tenant_id() };
-            c.settle_budget(cx.shared_budget.take(), scopes, done.cost_usd, &crate::budget::month_key(ex.now));
+            c.settle_budget(cx.shared_budget.take(), done.cost_usd);
         }
     }
 }

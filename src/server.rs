@@ -77,7 +77,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let cluster = crate::cluster::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
         .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
     if let Some(c) = &cluster {
-        rt.block_on(c.first_check(&store));
+        rt.block_on(c.first_check(&store, &snapshot));
     }
     let telemetry = crate::telemetry::Tracing::from_config(&cfg.telemetry).map_err(StartError::Telemetry)?;
     let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
@@ -179,7 +179,8 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
     server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));
     if let Some(cluster) = app.cluster.clone() {
-        server.add_service(background_service("shared state", SharedStateWatch { cluster, store: app.store.clone() }));
+        let (store, snapshot) = (app.store.clone(), app.snapshot.clone());
+        server.add_service(background_service("shared state", SharedStateWatch { cluster, store, snapshot }));
     }
     server.add_service(background_service("snapshot refresh", Refresher { app }));
     Ok(server)
@@ -236,12 +237,13 @@ impl BackgroundService for EarlyExit {
 struct SharedStateWatch {
     cluster: Arc<crate::cluster::Cluster>,
     store: Store,
+    snapshot: Arc<SnapshotHandle>,
 }
 
 #[async_trait]
 impl BackgroundService for SharedStateWatch {
     async fn start(&self, shutdown: ShutdownWatch) {
-        self.cluster.clone().watch(self.store.clone(), shutdown).await
+        self.cluster.clone().watch(self.store.clone(), self.snapshot.clone(), shutdown).await
     }
 }
 

@@ -382,3 +382,42 @@ fn one_instance_killed_mid_burst_the_others_keep_serving_and_the_chain_holds() {
     assert_eq!(report["gapAtSeq"], Value::Null, "{report}");
     assert_eq!(report["brokenAtSeq"], Value::Null, "{report}");
 }
+
+/// A budget set after the key has spent: Redis loads that spend from the database before the
+/// budget's first reservation, so the budget counts what was spent before it existed.
+#[test]
+fn a_budget_made_later_counts_the_spend_before_it() {
+    let Some(redis) = machine_redis() else { return };
+    let Some(url) = fresh_postgres() else { return };
+    let prefix = fresh_prefix();
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", prefix.as_str())];
+    let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
+    let (key_id, key) = create_key(&g, "spender", json!({}));
+    let costly =
+        json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
+    for _ in 0..2 {
+        assert_eq!(chat(&g, &key, &costly).status, 200);
+    }
+    // $0.20 spent; a $0.25 budget leaves no room for another $0.10 request.
+    let r = g.mgmt(
+        "POST",
+        "/v1/budgets",
+        Some(&g.key),
+        Some(&json!({"scope": "key", "scopeId": key_id, "amountUsd": 0.25, "period": "total"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    // The watcher loads the new entry (the first reservation would also wake it).
+    let hash = format!("{prefix}b:key:{key_id}:total");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !redis_hgetall(&redis, &hash).contains_key("ok") {
+        assert!(Instant::now() < deadline, "the new budget's spend was never loaded into Redis");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let spent: i64 = redis_hgetall(&redis, &hash)["spent"].parse().unwrap();
+    assert!((200_000_000..201_000_000).contains(&spent), "about $0.20 (in nano-dollars): {spent}");
+    let r = chat(&g, &key, &costly);
+    assert_eq!(r.status, 402, "{}", r.text());
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("$0.2"), "{}", r.text());
+    // Decided by Redis, not by this process's own ledger.
+    assert_eq!(g.metric("tollgate_shared_state_fallbacks_total", &["check=\"BUDGET\""]), 0.0);
+}

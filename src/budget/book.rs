@@ -94,6 +94,11 @@ impl BudgetBook {
         map.entry(limit.scope_id.clone()).or_default().push((tenant_id.to_string(), limit));
     }
 
+    /// Every limit in the book (the shared state loads their spend: `cluster`).
+    pub fn all(&self) -> impl Iterator<Item = &Limit> {
+        [&self.keys, &self.teams, &self.tenants].into_iter().flat_map(|m| m.values()).flatten().map(|(_, l)| l)
+    }
+
     /// Every limit a request of this key counts against: the key's, its team's and its
     /// tenant's. Empty when no budget applies.
     pub fn limits_for(&self, tenant_id: &str, key_id: &str, team_id: Option<&str>) -> Vec<Limit> {

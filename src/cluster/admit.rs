@@ -26,7 +26,7 @@ while a <= #ARGV do
     for i = 1, n do limits[i] = tonumber(ARGV[a + 3 + i]) end
     res = budget_reserve(KEYS, k, n, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), limits)
     out[#out + 1] = res
-    k, a = k + 1 + n, a + 4 + n
+    k, a = k + n, a + 4 + n
     if res[1] ~= 1 then break end
   else
     return redis.error_reply('unknown ask ' .. tostring(op))
@@ -50,7 +50,6 @@ pub(super) fn invocation<'a>(c: &Cluster, script: &'a Script, now: i64, asks: &[
                 inv.key(c.key(format_args!("rl:{key_id}"))).arg("r").arg(r).arg(t).arg(min).arg(max);
             }
             Ask::Budget { entries, amount_usd } => {
-                inv.key(c.key(format_args!("seeded")));
                 for e in entries {
                     inv.key(budget::hash_key(&c.prefix, e.scope, &e.scope_id, &e.period_key));
                 }

@@ -12,9 +12,10 @@
 //! Money is integer nano-dollars (`HINCRBY`): exact sums, and Redis formats no floats (float
 //! formatting and parsing were a tenth of Redis's CPU flat out with `HINCRBYFLOAT`).
 //!
-//! `spent` is rebuilt from PostgreSQL's `key_spend` (the durable record, moved with receipts)
-//! whenever the marker `{prefix}seeded` is missing: after a Redis restart or flush. Until the
-//! rebuild is done, reservations answer "not loaded" and the fault behaviour applies.
+//! Only scopes with a budget have a hash. Each is loaded from PostgreSQL's `key_spend` (the
+//! durable record, moved with receipts) before its first use, which marks it (`ok`): when a
+//! budget appears, a month begins, or Redis restarted or was flushed. A reservation on an entry
+//! not loaded answers "not loaded" (the fault behaviour applies for the moment it takes).
 
 use redis::Script;
 
@@ -33,17 +34,16 @@ pub fn usd(nanos: i64) -> f64 {
     nanos as f64 / 1e9
 }
 
-/// Reserves `amount` (nanos) against every entry, all or nothing. `keys[k]` is the marker,
-/// then one hash per entry; `limits` (nanos) one per entry. Returns {1, bucket} reserved,
-/// {0, i, used} entry i (1-based) has `used` (spent + held) and it does not fit, {-1} spend
-/// not loaded.
+/// Reserves `amount` (nanos) against every entry, all or nothing: one hash per entry from
+/// `keys[k]`, `limits` (nanos) one per entry. Returns {1, bucket} reserved, {0, i, used} entry
+/// i (1-based) has `used` (spent + held) and it does not fit, {-1, i} entry i not loaded.
 pub(super) const RESERVE_FN: &str = r#"
 local function budget_reserve(keys, k, n, now, amount, ttl, limits)
-  if redis.call('EXISTS', keys[k]) == 0 then return {-1} end
   local b = math.floor(now / ttl)
   local cur, prev = 'r:' .. b, 'r:' .. (b - 1)
   for i = 1, n do
-    local v = redis.call('HMGET', keys[k + i], 'spent', cur, prev)
+    local v = redis.call('HMGET', keys[k + i - 1], 'spent', cur, prev, 'ok')
+    if not v[4] then return {-1, i} end
     local spent = tonumber(v[1]) or 0
     local held = math.max((tonumber(v[2]) or 0) + (tonumber(v[3]) or 0), 0)
     if not (spent < limits[i] and spent + held + amount <= limits[i]) then
@@ -52,8 +52,8 @@ local function budget_reserve(keys, k, n, now, amount, ttl, limits)
   end
   if amount > 0 then
     for i = 1, n do
-      if redis.call('HINCRBY', keys[k + i], cur, amount) == amount then
-        redis.call('HDEL', keys[k + i], 'r:' .. (b - 2), 'r:' .. (b - 3))
+      if redis.call('HINCRBY', keys[k + i - 1], cur, amount) == amount then
+        redis.call('HDEL', keys[k + i - 1], 'r:' .. (b - 2), 'r:' .. (b - 3))
       end
     end
   end
@@ -61,35 +61,45 @@ local function budget_reserve(keys, k, n, now, amount, ttl, limits)
 end
 "#;
 
-/// Adds a request's real cost (nanos) to its spend hashes (`m` of them from `keys[k + n]`:
-/// total, month per scope; months expire) and gives its holds back (`n` hashes from
-/// `keys[k]`, `amount` held in `bucket`).
+/// Adds a request's real cost (nanos) to the spend of the `n` entries it was held against
+/// (`keys[k]`…) and gives back its `amount` held in `bucket`.
 pub(super) const SETTLE_FN: &str = r#"
-local function budget_settle(keys, k, n, m, now, ttl, bucket, amount, cost, month_ttl)
-  if cost > 0 then
-    for i = k + n, k + n + m - 1 do
-      local total = redis.call('HINCRBY', keys[i], 'spent', cost)
-      if (i - k - n) % 2 == 1 and total == cost then redis.call('EXPIRE', keys[i], month_ttl) end
-    end
-  end
-  if amount > 0 and bucket >= math.floor(now / ttl) - 1 then
-    for i = k, k + n - 1 do
-      redis.call('HINCRBY', keys[i], 'r:' .. bucket, -amount)
-    end
+local function budget_settle(keys, k, n, now, ttl, bucket, amount, cost)
+  local live = amount > 0 and bucket >= math.floor(now / ttl) - 1
+  for i = k, k + n - 1 do
+    if cost > 0 then redis.call('HINCRBY', keys[i], 'spent', cost) end
+    if live then redis.call('HINCRBY', keys[i], 'r:' .. bucket, -amount) end
   end
 end
 "#;
 
-/// KEYS: the hashes; ARGV: their spend from the database (nanos). Each `spent` becomes the
-/// larger of the two (Redis may already hold spend settled after the database was read).
+/// KEYS: entry hashes. Returns the 1-based indices of those not loaded yet.
+const MISSING: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('HEXISTS', KEYS[i], 'ok') == 0 then out[#out + 1] = i end
+end
+return out
+"#;
+
+/// KEYS: entry hashes; ARGV: per hash its spend from the database (nanos) and its expiry in
+/// seconds (0 = none). Each `spent` becomes the larger of the two (Redis may hold spend settled
+/// after the database was read) and the entry is marked loaded.
 const SEED: &str = r#"
 for i = 1, #KEYS do
   local cur = tonumber(redis.call('HGET', KEYS[i], 'spent') or '0')
-  local db = tonumber(ARGV[i])
-  if db > cur then redis.call('HSET', KEYS[i], 'spent', ARGV[i]) end
+  local db = tonumber(ARGV[2 * i - 1])
+  if db > cur then redis.call('HSET', KEYS[i], 'spent', db) end
+  redis.call('HSET', KEYS[i], 'ok', 1)
+  local ttl = tonumber(ARGV[2 * i])
+  if ttl > 0 then redis.call('EXPIRE', KEYS[i], ttl) end
 end
 return #KEYS
 "#;
+
+pub(super) fn missing_script() -> Script {
+    Script::new(MISSING)
+}
 
 pub(super) fn seed_script() -> Script {
     Script::new(SEED)

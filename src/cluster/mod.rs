@@ -30,6 +30,7 @@ use redis::aio::ConnectionManager;
 use crate::config::{ClusterSection, OnRedisDown};
 use crate::pipeline::shared::{Answer, Ask, BudgetEntry, SharedStore};
 use crate::pipeline::Cached;
+use crate::snapshot::SnapshotHandle;
 use crate::store::Store;
 
 struct ClusterMetrics {
@@ -89,6 +90,7 @@ pub struct Cluster {
     /// The admission script (`admit`) and the spend rebuild.
     admit: redis::Script,
     seed: redis::Script,
+    missing: redis::Script,
 }
 
 /// `redis://user:password@host:port/db` without the part before `@`.
@@ -138,6 +140,7 @@ impl Cluster {
             address,
             admit: admit::script(),
             seed: budget::seed_script(),
+            missing: budget::missing_script(),
         });
         rt.spawn(settle::run(cluster.clone(), queue));
         Ok(Some(cluster))
@@ -243,33 +246,20 @@ impl Cluster {
         }
     }
 
-    /// Records the actual cost on the key, its team and its tenant (this month and all time)
-    /// and releases the request's holds, in one step of a settlement batch.
-    pub fn settle_budget(&self, held: Option<budget::Held>, scopes: Scopes<'_>, cost_usd: f64, month: &str) {
-        let cost = if cost_usd.is_finite() && cost_usd > 0.0 { cost_usd } else { 0.0 };
-        if held.is_none() && cost == 0.0 {
+    /// Adds the request's real cost to the budgets it was held against and gives its holds
+    /// back, in one step of a settlement batch. Spend of scopes without a budget stays in the
+    /// database only (loaded when a budget appears).
+    pub fn settle_budget(&self, held: Option<budget::Held>, cost_usd: f64) {
+        let Some(h) = held else { return };
+        let cost = budget::nanos(cost_usd).max(0);
+        if cost == 0 && h.amount == 0 {
             return;
         }
-        let (holds, bucket, amount) = match held {
-            Some(h) => {
-                let holds = h
-                    .entries
-                    .iter()
-                    .map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key))
-                    .collect();
-                (holds, h.bucket, h.amount)
-            }
-            None => (Vec::new(), 0, 0),
-        };
-        let mut spend = Vec::with_capacity(6);
-        if cost > 0.0 {
-            for (scope, id) in scopes.iter() {
-                spend.push(budget::hash_key(&self.prefix, scope, id, crate::budget::TOTAL));
-                spend.push(budget::hash_key(&self.prefix, scope, id, month));
-            }
-        }
-        let (ttl_ms, cost) = (self.reservation_ttl_ms, budget::nanos(cost));
-        self.settle(settle::Op::Budget { holds, bucket, ttl_ms, amount, spend, cost });
+        let entries =
+            h.entries.iter().map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key)).collect();
+        let op =
+            settle::Op::Budget { entries, bucket: h.bucket, ttl_ms: self.reservation_ttl_ms, amount: h.amount, cost };
+        self.settle(op);
     }
 
     /// Keeps an answer in the shared cache for `ttl` (if it is small enough).
@@ -287,8 +277,8 @@ impl Cluster {
 
     /// The watcher's first round, before the gateway listens: a Redis that answers is in use
     /// from the first request (not from the watcher's first tick).
-    pub async fn first_check(&self, store: &Store) {
-        match tokio::time::timeout(self.timeout.max(Duration::from_secs(2)), self.check(store)).await {
+    pub async fn first_check(&self, store: &Store, snapshot: &SnapshotHandle) {
+        match tokio::time::timeout(self.timeout.max(Duration::from_secs(2)), self.check(store, snapshot)).await {
             Ok(Ok(())) => self.set_up(),
             Ok(Err(why)) => self.set_down(why),
             Err(_) => self.set_down("no answer at start".into()),
@@ -297,7 +287,12 @@ impl Cluster {
 
     /// Pings, catches up with Redis coming and going, and rebuilds budget spend from the
     /// database when Redis has lost it; until `shutdown` says stop.
-    pub async fn watch(self: Arc<Self>, store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub async fn watch(
+        self: Arc<Self>,
+        store: Store,
+        snapshot: Arc<SnapshotHandle>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut last = Instant::now();
         loop {
             let wait = if self.is_up() { Duration::from_secs(1) } else { Duration::from_millis(200) };
@@ -310,7 +305,9 @@ impl Cluster {
                 METRICS.down_seconds.inc_by(last.elapsed().as_secs_f64());
             }
             last = Instant::now();
-            match tokio::time::timeout(self.timeout.max(Duration::from_millis(500)), self.check(&store)).await {
+            match tokio::time::timeout(self.timeout.max(Duration::from_millis(500)), self.check(&store, &snapshot))
+                .await
+            {
                 Ok(Ok(())) => self.set_up(),
                 Ok(Err(why)) => self.set_down(why),
                 Err(_) => self.set_down(format!(
@@ -321,35 +318,63 @@ impl Cluster {
         }
     }
 
-    /// One round of the watcher: a ping, then the spend marker (rebuilding spend if missing).
-    async fn check(&self, store: &Store) -> Result<(), String> {
+    /// One round of the watcher: the budget entries the snapshot names that Redis has not
+    /// loaded (one script; a ping when there are none), then their spend from the database.
+    async fn check(&self, store: &Store, snapshot: &SnapshotHandle) -> Result<(), String> {
         let mut conn = self.conn.clone();
-        let marker = self.key(format_args!("seeded"));
-        let seeded: bool = redis::cmd("EXISTS")
-            .arg(&marker)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| format!("ping: {}", e.category()))?;
-        if !seeded {
-            self.seed(store, &mut conn).await?;
-            redis::cmd("SET")
-                .arg(&marker)
-                .arg(1)
+        let now = chrono::Utc::now();
+        let snap = snapshot.load();
+        let mut entries: Vec<(String, &'static str, String, crate::budget::Period)> = snap
+            .budgets
+            .all()
+            .map(|l| {
+                (
+                    budget::hash_key(&self.prefix, l.scope, &l.scope_id, &l.period.key(now)),
+                    l.scope,
+                    l.scope_id.clone(),
+                    l.period,
+                )
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|a, b| a.0 == b.0);
+        if entries.is_empty() {
+            return redis::cmd("PING")
                 .query_async::<()>(&mut conn)
                 .await
-                .map_err(|e| format!("seed: {}", e.category()))?;
-            log::info!("shared state ({}): budget spend loaded from the database", self.address);
+                .map_err(|e| format!("ping: {}", e.category()));
         }
+        let mut inv = self.missing.prepare_invoke();
+        for e in &entries {
+            inv.key(&e.0);
+        }
+        let missing: Vec<usize> = inv.invoke_async(&mut conn).await.map_err(|e| format!("ping: {}", e.category()))?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let wanted: Vec<_> = missing.iter().filter_map(|i| entries.get(i.wrapping_sub(1))).collect();
+        self.seed(store, &mut conn, &wanted, now).await?;
+        log::info!(
+            "shared state ({}): spend of {} budget entries loaded from the database",
+            self.address,
+            wanted.len()
+        );
         Ok(())
     }
 
-    /// Writes `key_spend` (this month and all time, by key, team and tenant) into Redis, each
-    /// figure the larger of the database's and what Redis already counts.
-    async fn seed(&self, store: &Store, conn: &mut ConnectionManager) -> Result<(), String> {
-        let now = chrono::Utc::now();
+    /// Writes the spend `key_spend` holds for `entries` (hash, scope, id, period) into Redis,
+    /// each figure the larger of the database's and what Redis already counts, and marks them
+    /// loaded.
+    async fn seed(
+        &self,
+        store: &Store,
+        conn: &mut ConnectionManager,
+        entries: &[&(String, &'static str, String, crate::budget::Period)],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), String> {
         let periods = [crate::budget::TOTAL.to_string(), crate::budget::month_key(now)];
         let rows = crate::store::spend::current(store, &periods).await.map_err(|e| format!("seed: database: {e}"))?;
-        let mut sums: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut sums: std::collections::HashMap<String, i64> = Default::default();
         for r in rows {
             let mut add = |scope: &str, id: &str| {
                 *sums.entry(budget::hash_key(&self.prefix, scope, id, &r.period)).or_default() +=
@@ -361,31 +386,15 @@ impl Cluster {
             }
             add("tenant", &r.tenant_id);
         }
-        let all: Vec<(String, i64)> = sums.into_iter().collect();
-        for chunk in all.chunks(500) {
+        for chunk in entries.chunks(500) {
             let mut inv = self.seed.prepare_invoke();
-            for (k, v) in chunk {
-                inv.key(k).arg(*v);
+            for (hash, _, _, period) in chunk.iter().map(|e| &**e) {
+                let ttl = if *period == crate::budget::Period::Monthly { budget::MONTH_TTL_SECONDS } else { 0 };
+                inv.key(hash).arg(sums.get(hash).copied().unwrap_or(0)).arg(ttl);
             }
             let _: i64 = inv.invoke_async(conn).await.map_err(|e| format!("seed: {}", e.category()))?;
         }
         Ok(())
-    }
-}
-
-/// The key, its team and its tenant: where a request's cost is counted.
-#[derive(Debug, Clone, Copy)]
-pub struct Scopes<'a> {
-    pub key_id: &'a str,
-    pub team_id: Option<&'a str>,
-    pub tenant_id: &'a str,
-}
-
-impl<'a> Scopes<'a> {
-    fn iter(&self) -> impl Iterator<Item = (&'static str, &'a str)> {
-        [("key", Some(self.key_id)), ("team", self.team_id), ("tenant", Some(self.tenant_id))]
-            .into_iter()
-            .filter_map(|(s, id)| id.map(|id| (s, id)))
     }
 }
 

@@ -30,12 +30,13 @@ pub enum Op {
     },
     /// `holds`: the hashes `amount` nano-dollars are held in (time bucket `bucket`, buckets of
     /// `ttl_ms`); `spend`: (total, month) hash pairs `cost` nano-dollars are added to.
+    /// `entries`: the hashes `amount` nano-dollars are held in (time bucket `bucket`, buckets
+    /// of `ttl_ms`) and `cost` nano-dollars are spent against.
     Budget {
-        holds: Vec<String>,
+        entries: Vec<String>,
         bucket: i64,
         ttl_ms: i64,
         amount: i64,
-        spend: Vec<String>,
         cost: i64,
     },
     CachePut {
@@ -55,10 +56,10 @@ while a <= #ARGV do
     rate_settle(KEYS[k], now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
     k, a = k + 1, a + 3
   elseif op == 'b' then
-    local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    budget_settle(KEYS, k, n, m, now, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
-      tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]))
-    k, a = k + n + m, a + 8
+    local n = tonumber(ARGV[a + 1])
+    budget_settle(KEYS, k, n, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+      tonumber(ARGV[a + 5]))
+    k, a = k + n, a + 6
   elseif op == 'c' then
     redis.call('SET', KEYS[k], ARGV[a + 2], 'PX', ARGV[a + 1])
     k, a = k + 1, a + 3
@@ -82,12 +83,11 @@ pub(super) fn invocation<'a>(script: &'a Script, now: i64, ops: &[Op]) -> Script
             Op::Rate { key, from, delta } => {
                 inv.key(key).arg("r").arg(*from).arg(*delta);
             }
-            Op::Budget { holds, bucket, ttl_ms, amount, spend, cost } => {
-                for h in holds.iter().chain(spend) {
+            Op::Budget { entries, bucket, ttl_ms, amount, cost } => {
+                for h in entries {
                     inv.key(h);
                 }
-                inv.arg("b").arg(holds.len()).arg(spend.len()).arg(*ttl_ms).arg(*bucket).arg(*amount).arg(*cost);
-                inv.arg(super::budget::MONTH_TTL_SECONDS);
+                inv.arg("b").arg(entries.len()).arg(*ttl_ms).arg(*bucket).arg(*amount).arg(*cost);
             }
             Op::CachePut { key, value, ttl_ms } => {
                 inv.key(key).arg("c").arg(*ttl_ms).arg(value.as_slice());
