@@ -45,6 +45,15 @@ fn chat(g: &Gateway, key: &str, body: &Value) -> http::Resp {
     g.post_gw("/v1/chat/completions", key, &serde_json::to_vec(body).unwrap())
 }
 
+/// Rate windows are aligned minutes: a burst that must land in one window starts early in one
+/// (the wait is scheduling, not an assertion on time).
+fn early_in_a_minute() {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 % 60_000;
+    if ms > 45_000 {
+        std::thread::sleep(Duration::from_millis(60_000 - ms + 200));
+    }
+}
+
 fn hello() -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
 }
@@ -72,6 +81,7 @@ fn rate_limits_are_exact_across_three_instances() {
     };
     let all = &cluster.nodes;
     known_everywhere(all, &key);
+    early_in_a_minute();
 
     let mut ok = 0;
     let mut limited = 0;
@@ -272,6 +282,7 @@ fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
         json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
     assert_eq!(chat(&g, &key, &costly).status, 200);
 
+    early_in_a_minute();
     redis.stop();
     // Per-process windows: three more fit in this process's own minute (it counted none yet).
     let statuses: Vec<u16> = (0..4).map(|_| chat(&g, &key, &hello()).status).collect();
@@ -420,4 +431,34 @@ fn a_budget_made_later_counts_the_spend_before_it() {
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("$0.2"), "{}", r.text());
     // Decided by Redis, not by this process's own ledger.
     assert_eq!(g.metric("tollgate_shared_state_fallbacks_total", &["check=\"BUDGET\""]), 0.0);
+}
+
+/// Redis unreachable at start: the gateway starts anyway, `/status` says so, the configured
+/// fault behaviour applies from the first request, and Redis is in use once it answers.
+#[test]
+fn redis_unreachable_at_start_then_in_use_once_it_answers() {
+    let Some(mut redis) = OwnRedis::start() else { return };
+    redis.stop();
+    let Some(url) = fresh_postgres() else { return };
+    let redis_url = redis.url();
+    let env = [("TOLLGATE_REDIS_URL", redis_url.as_str()), ("TOLLGATE_REDIS_ON_DOWN", "closed")];
+    let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
+    assert_eq!(shared_state(&g)["status"], "outage");
+    let (_, key) = create_key(&g, "limited", json!({"rpmLimit": 100}));
+    assert_eq!(chat(&g, &key, &hello()).status, 503);
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while chat(&g, &key, &hello()).status != 200 {
+        assert!(Instant::now() < deadline, "Redis never taken into use");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(shared_state(&g)["status"], "operational");
+    // Counted in Redis: the key's window is there.
+    let port = redis_url.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", port, "--scan", "--pattern", "tollgate:rl:*"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty(), "no rate window in Redis");
 }

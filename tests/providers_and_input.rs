@@ -120,8 +120,12 @@ fn status_lists_webhooks_as_unconfigured_without_degrading() {
     assert_eq!((hooks["status"].as_str(), hooks["critical"].as_bool()), (Some("unconfigured"), Some(false)), "{hooks}");
     assert!(hooks["group"].is_string(), "{hooks}");
     assert!(hooks["detail"].as_str().unwrap().contains("not configured"), "{hooks}");
-    // Nothing else is wrong on a fresh gateway, so the unconfigured webhooks leave it operational.
-    let others: Vec<&Value> = components.iter().filter(|c| c["name"] != "webhooks").collect();
+    // One process: no shared state (Redis) either, which is not a fault.
+    let shared = components.iter().find(|c| c["name"] == "shared-state").unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(shared["status"], "unconfigured", "{shared}");
+    // Nothing else is wrong on a fresh gateway, so the unconfigured parts leave it operational.
+    let others: Vec<&Value> =
+        components.iter().filter(|c| c["name"] != "webhooks" && c["name"] != "shared-state").collect();
     assert!(others.iter().all(|c| c["status"] == "operational"), "{status}");
     assert_eq!(status["status"], "operational", "{status}");
 }
