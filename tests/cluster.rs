@@ -189,10 +189,15 @@ fn scripts_cluster_starts_a_cluster_and_ctrl_c_stops_it() {
         eprintln!("skipping scripts/cluster: no psql on this machine");
         return;
     }
-    let [front_port] = support::free_ports();
-    // Instances on BASE+10.., BASE+20.. (+1 management, +2 metrics): a base away from the
-    // ephemeral ports the other tests take.
-    let base = 20000 + (std::process::id() % 400) * 50;
+    // Instances on BASE+10.., BASE+20.. (+1 management, +2 metrics) and the front on BASE+5:
+    // below Linux's ephemeral range (32768-60999), where the other tests' ports come from (a
+    // base up to 40000 collided with them in CI), and checked free first.
+    let free = |p: u32| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok();
+    let base = (0..40)
+        .map(|i| 10_000 + ((std::process::id() + i * 7) % 400) * 50)
+        .find(|b| [5, 10, 11, 12, 20, 21, 22].iter().all(|o| free(b + o)))
+        .expect("a free port range below 30000");
+    let front_port = base + 5;
     let mut script = Command::new("bash")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster"))
         .arg("2")
