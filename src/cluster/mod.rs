@@ -70,6 +70,9 @@ static METRICS: LazyLock<ClusterMetrics> = LazyLock::new(|| ClusterMetrics {
 
 pub struct Cluster {
     conn: ConnectionManager,
+    /// What makes a connection for another runtime ([`Cluster::conn_here`]).
+    client: redis::Client,
+    conf: redis::aio::ConnectionManagerConfig,
     /// Prefix of every key, so deployments (and tests) can share one Redis.
     prefix: String,
     pub on_down: OnRedisDown,
@@ -120,13 +123,15 @@ impl Cluster {
         let rt = crate::store::db_runtime();
         let conn = {
             let _in = rt.enter();
-            ConnectionManager::new_lazy_with_config(client, conf)
+            ConnectionManager::new_lazy_with_config(client.clone(), conf.clone())
                 .map_err(|e| format!("cluster.redis_url ({address}): {}", e.category()))?
         };
         METRICS.up.set(0);
         let (settler, queue) = tokio::sync::mpsc::channel(settle::QUEUE);
         let cluster = Arc::new(Cluster {
             conn,
+            client,
+            conf,
             prefix: cfg.redis_prefix.clone(),
             on_down: cfg.on_redis_down,
             timeout,
@@ -219,9 +224,35 @@ impl Cluster {
         }
     }
 
+    /// A connection whose driver runs on the calling runtime (one per gateway worker thread):
+    /// a round trip then wakes no thread of another runtime. Why: with the driver on the
+    /// database runtime each admission crossed runtimes twice (futex wake-ups).
+    fn conn_here(&self) -> ConnectionManager {
+        thread_local! {
+            static HERE: std::cell::RefCell<Option<(tokio::runtime::Id, ConnectionManager)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return self.conn.clone() };
+        HERE.with(|here| {
+            let mut here = here.borrow_mut();
+            if let Some((id, c)) = here.as_ref() {
+                if *id == rt.id() {
+                    return c.clone();
+                }
+            }
+            match ConnectionManager::new_lazy_with_config(self.client.clone(), self.conf.clone()) {
+                Ok(c) => {
+                    *here = Some((rt.id(), c.clone()));
+                    c
+                }
+                Err(_) => self.conn.clone(),
+            }
+        })
+    }
+
     /// A cache lookup is a GET; rate and budget asks are one admission script call.
     async fn call(&self, asks: Vec<Ask>) -> redis::RedisResult<Vec<Answer>> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn_here();
         if let [Ask::Cache { key }] = asks.as_slice() {
             let k = self.key(format_args!("c:{}", hex::encode(key)));
             let got: Option<Vec<u8>> = redis::cmd("GET").arg(k).query_async(&mut conn).await?;
