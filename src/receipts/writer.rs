@@ -327,7 +327,7 @@ impl Retry {
 
 /// WAL frames (4 KiB pages) from which the writer finishes a checkpoint itself: below this the
 /// log is left to the next round rather than costing the writer an fsync pair.
-const TAIL_FRAMES: i64 = 256;
+const TAIL_FRAMES: i64 = 1024;
 
 /// Every `every` (`receipts.wal_checkpoint_ms`), a passive checkpoint of the WAL on a connection
 /// of its own (the writer's never checkpoints on commit: `SqliteAppender::open`). It copies the
