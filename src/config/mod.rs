@@ -131,7 +131,7 @@ pub struct ReceiptsSection {
 
 impl Default for ReceiptsSection {
     fn default() -> Self {
-        ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000, wal_checkpoint_ms: 20 }
+        ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000, wal_checkpoint_ms: 5 }
     }
 }
 

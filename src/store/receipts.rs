@@ -369,9 +369,12 @@ where
 
 /// The receipt writer's own SQLite connection: the append transaction of [`ChainTx`], run
 /// statement after statement on the calling thread with cached prepared statements, without a
-/// hand-off per statement. Only the receipt writer's thread uses it.
+/// hand-off per statement. The receipt writer owns it (`receipts::writer`); a request lends it
+/// while the writer is idle.
 pub struct SqliteAppender {
     conn: rusqlite::Connection,
+    /// How long [`SqliteAppender::append`] waits for a lock held elsewhere.
+    busy: std::time::Duration,
 }
 
 impl SqliteAppender {
@@ -388,7 +391,7 @@ impl SqliteAppender {
         )
         .map_err(sqlite_err)?;
         conn.set_prepared_statement_cache_capacity(32);
-        Ok(SqliteAppender { conn })
+        Ok(SqliteAppender { conn, busy })
     }
 
     /// Checkpoints the frames the background checkpointer left behind (those appended while it
@@ -399,6 +402,16 @@ impl SqliteAppender {
     /// writing into new file blocks (ext4 zeroing them) was 30% of the writer thread's time.
     pub fn finish_checkpoint(&self) -> Result<Checkpointed, StoreError> {
         checkpoint_passive(&self.conn)
+    }
+
+    /// [`SqliteAppender::append`] that fails at once (`SQLITE_BUSY`) instead of waiting when
+    /// another connection holds the write lock: for callers that must not block (a request
+    /// committing its own receipt on a proxy thread), who hand the drafts to the writer then.
+    pub fn append_unless_busy(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
+        self.conn.busy_timeout(std::time::Duration::ZERO).map_err(sqlite_err)?;
+        let appended = self.append(drafts, signer);
+        self.conn.busy_timeout(self.busy).map_err(sqlite_err)?;
+        appended
     }
 
     /// [`append_batch`] on this connection: the same rows, events, spend and heads, in one
@@ -967,7 +980,7 @@ fn values_list(backend: Backend, rows: usize, per_row: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -982,7 +995,7 @@ mod tests {
         assert_eq!(sizes, [128, 128, 32, 8, 1, 1, 1, 1]);
     }
 
-    fn draft(tenant: &str, i: usize) -> Draft {
+    pub(crate) fn draft(tenant: &str, i: usize) -> Draft {
         use crate::receipts::{CacheSide, GuardEvent, Kind};
         let mut checks = vec![Check { name: "UPSTREAM".into(), result: "PASS".into() }];
         let mut events = Vec::new();
