@@ -72,8 +72,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let commit_timeout = std::time::Duration::from_millis(cfg.receipts.commit_timeout_ms.max(1));
     let checkpoint_every = std::time::Duration::from_millis(cfg.receipts.wal_checkpoint_ms);
     let (receipts, writer) =
-        crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout, checkpoint_every)
-            .map_err(|e| StartError::Pingora(format!("cannot open the receipt writer's connection: {e}")))?;
+        crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout, checkpoint_every)?;
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let cluster = crate::cluster::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
         .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;

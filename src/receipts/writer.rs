@@ -16,8 +16,8 @@
 //! never cleanly. Drafts nobody waits for (`receipts.commit: after_answer`) are retried until they
 //! land, as their answers have already gone.
 //!
-//! On SQLite, a request whose receipt would be the writer's whole next batch (the writer idle,
-//! nothing queued) commits it itself on its own thread, with the writer's connection, instead of
+//! On SQLite, a request alone in flight (nothing queued, the writer's connection free) commits
+//! its receipt itself on its own thread, with the writer's connection, instead of
 //! handing it over: the leader of a group of one, as in a database's group commit. One client at
 //! a time then waits for no thread hand-over (two wake-ups of a parked thread per request).
 
@@ -85,13 +85,12 @@ type Waiter = oneshot::Sender<Result<(), CommitError>>;
 pub struct ReceiptQueue {
     tx: mpsc::Sender<Item>,
     pub stats: Arc<WriterStats>,
-    /// SQLite: the writer's connection, for a request to commit its own receipt while the writer
-    /// is idle.
+    /// SQLite: the writer's connection, for a request alone in flight to commit its own receipt.
     appender: Option<Arc<Appender>>,
 }
 
 /// The SQLite connection the receipts are appended on: the writer thread's, lent to a request
-/// when the writer has nothing to do.
+/// alone in flight.
 struct Appender {
     conn: Mutex<store::receipts::SqliteAppender>,
     signer: Arc<Signer>,
@@ -102,7 +101,8 @@ struct Appender {
 
 impl ReceiptQueue {
     /// Commits `draft` and returns when it is committed (or given up): on the calling thread
-    /// when the writer is idle ([`ReceiptQueue::commit_here`]), else queued for the writer.
+    /// when its request is alone in flight ([`ReceiptQueue::commit_here`]), else queued for the
+    /// writer.
     pub async fn commit(&self, draft: Draft) -> Result<(), CommitError> {
         let Some(draft) = self.commit_here(draft) else { return Ok(()) };
         let (tx, rx) = oneshot::channel();
@@ -191,13 +191,12 @@ pub fn channel(
     signer: Arc<Signer>,
     commit_timeout: Duration,
     checkpoint_every: Duration,
-) -> std::io::Result<(ReceiptQueue, ReceiptWriter)> {
+) -> Result<(ReceiptQueue, ReceiptWriter), store::StoreError> {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let stats = Arc::new(WriterStats::default());
     let appender = match store.sqlite_file() {
         Some(file) => {
-            let conn = store::receipts::SqliteAppender::open(file, commit_timeout)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let conn = store::receipts::SqliteAppender::open(file, commit_timeout)?;
             Some(Arc::new(Appender {
                 conn: Mutex::new(conn),
                 signer: signer.clone(),

@@ -369,8 +369,8 @@ where
 
 /// The receipt writer's own SQLite connection: the append transaction of [`ChainTx`], run
 /// statement after statement on the calling thread with cached prepared statements, without a
-/// hand-off per statement. The receipt writer owns it (`receipts::writer`); a request lends it
-/// while the writer is idle.
+/// hand-off per statement. The receipt writer owns it (`receipts::writer`) and lends it to a
+/// request alone in flight.
 pub struct SqliteAppender {
     conn: rusqlite::Connection,
     /// How long [`SqliteAppender::append`] waits for a lock held elsewhere.
