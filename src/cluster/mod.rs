@@ -96,14 +96,6 @@ pub struct Cluster {
     missing: redis::Script,
 }
 
-/// `redis://user:password@host:port/db` without the part before `@`.
-fn without_credentials(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
-        _ => url.to_string(),
-    }
-}
-
 impl Cluster {
     /// The shared store of `cfg`, or `None` without `redis_url`. Does not wait for Redis:
     /// a store unreachable at start is down, with the fault behaviour, until it answers.
@@ -111,7 +103,7 @@ impl Cluster {
         if cfg.redis_url.trim().is_empty() {
             return Ok(None);
         }
-        let address = without_credentials(cfg.redis_url.trim());
+        let address = crate::secret::url_shown(cfg.redis_url.trim());
         let client = redis::Client::open(cfg.redis_url.trim())
             .map_err(|e| format!("cluster.redis_url ({address}): {}", e.category()))?;
         let timeout = Duration::from_millis(cfg.redis_timeout_ms.max(1));

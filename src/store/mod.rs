@@ -152,7 +152,8 @@ impl Store {
                     Ok(())
                 })
             });
-        let unavailable = |e: sqlx::Error| StoreError::Unavailable(redact_url(&url, &e.to_string()));
+        let unavailable =
+            |e: sqlx::Error| StoreError::Unavailable(crate::secret::redact_credentials(&url, &e.to_string()));
         let pool = opts.connect(&url).await.map_err(unavailable)?;
         let mut sqlite_file = None;
         let chain = match backend {
@@ -238,20 +239,6 @@ where
     T: Send + 'static,
 {
     db_runtime().spawn(fut).await.map_err(|e| StoreError::Other(format!("database task failed: {e}")))?
-}
-
-/// Connection errors may quote the URL; never let a password through to a log.
-fn redact_url(url: &str, msg: &str) -> String {
-    let mut out = msg.to_string();
-    if let Some(at) = url.find('@') {
-        if let Some(scheme_end) = url.find("://") {
-            let creds = &url[scheme_end + 3..at];
-            if !creds.is_empty() {
-                out = out.replace(creds, "***");
-            }
-        }
-    }
-    out
 }
 
 /// A write refused by a unique constraint (both backends report it through the same kind).

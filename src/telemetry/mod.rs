@@ -36,17 +36,6 @@ pub fn traces_url(endpoint: &str) -> Result<String, String> {
     Ok(if base.ends_with(TRACES_PATH) { base.to_string() } else { format!("{base}{TRACES_PATH}") })
 }
 
-/// `url` for the log: without a `user:password@` an operator may have put in it.
-fn shown(url: &str) -> String {
-    match url.parse::<http::Uri>() {
-        Ok(u) => {
-            let port = u.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{}{port}{}", u.scheme_str().unwrap_or(""), u.host().unwrap_or(""), u.path())
-        }
-        Err(_) => "(the configured endpoint)".into(),
-    }
-}
-
 /// The tracer of a running gateway and what each request's span needs from it.
 pub struct Tracing {
     provider: SdkTracerProvider,
@@ -62,14 +51,14 @@ impl Tracing {
             return Ok(None);
         }
         let url = traces_url(&cfg.otlp_endpoint)?;
-        let exporter = export::exporter(&url, shown(&url))?;
+        let exporter = export::exporter(&url, crate::secret::url_shown(&url))?;
         // `builder()` also reads `OTEL_RESOURCE_ATTRIBUTES` (e.g. `deployment.environment=prod`).
         let resource = Resource::builder().with_service_name(cfg.service_name.clone()).build();
         let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
         let tracer = provider.tracer("tollgate");
         log::info!(
             "tracing: spans go to {} (OTLP/HTTP protobuf), prompts captured: {}",
-            shown(&url),
+            crate::secret::url_shown(&url),
             cfg.capture_prompts
         );
         Ok(Some(Tracing { provider, tracer, capture_prompts: cfg.capture_prompts }))
@@ -86,7 +75,8 @@ impl Tracing {
 
 #[cfg(test)]
 mod tests {
-    use super::{shown, traces_url};
+    use super::traces_url;
+    use crate::secret::url_shown as shown;
 
     #[test]
     fn the_log_shows_no_credentials_of_the_endpoint() {
