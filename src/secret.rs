@@ -85,6 +85,8 @@ mod tests {
     #[test]
     fn urls_lose_their_credentials() {
         assert_eq!(url_shown("redis://:hunter22@10.0.0.1:6379/0"), "redis://10.0.0.1:6379/0");
+        assert_eq!(url_shown("redis://u:p@h:1"), "redis://h:1");
+        assert_eq!(url_shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
         assert_eq!(url_shown("postgres://u:p@db/x?password=q"), "postgres://db/x");
         assert_eq!(url_shown("http://collector:4318/v1/traces"), "http://collector:4318/v1/traces");
         assert_eq!(url_shown("http://h/a@b"), "http://h/a@b", "an @ in the path is not user-info");
