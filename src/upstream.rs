@@ -217,27 +217,39 @@ impl UpstreamClient {
         }
 
         // A pooled connection may have been closed by the server while idle; that is not the
-        // provider failing, so such a failure (never a timeout) is retried once on another one.
+        // provider failing, so such a failure is retried once on another one. Only a dead
+        // connection (the write failed, or it closed or reset before any answer) is resent: a
+        // timeout or an answer that does not parse may mean the provider has the request, and a
+        // second send would run (and bill) it twice.
         let mut attempt = 0;
         let session = loop {
             attempt += 1;
             let (session, reused) = self.session(&peer).await?;
             let sent = async {
-                let session = write_whole_request(session, &peer, &req, &body, self.timeouts.read).await?;
+                let session = write_whole_request(session, &peer, &req, &body, self.timeouts.read)
+                    .await
+                    .map_err(|e| (e, true))?;
                 let mut session = Box::new(HttpSession::H1(session));
                 // The connector does not carry the peer's read/write timeouts into the session.
                 session.set_read_timeout(Some(self.timeouts.read));
                 session.set_write_timeout(Some(self.timeouts.read));
-                session.read_response_header().await.map_err(|e| UpstreamError::from_pingora(&e, "request"))?;
-                Ok::<_, UpstreamError>(session)
+                session.read_response_header().await.map_err(|e| {
+                    let dead = matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::ReadError);
+                    (UpstreamError::from_pingora(&e, "request"), dead)
+                })?;
+                Ok::<_, (UpstreamError, bool)>(session)
             }
             .await;
             match sent {
                 Ok(session) => break session,
-                Err(err) => {
-                    if !(reused && attempt == 1 && matches!(err, UpstreamError::Failed(_))) {
+                Err((err, dead)) => {
+                    if !(reused && attempt == 1 && dead && matches!(err, UpstreamError::Failed(_))) {
                         return Err(err);
                     }
+                    log::warn!(
+                        "upstream {}: a pooled connection failed ({err}); sending on a new one",
+                        base.authority()
+                    );
                 }
             }
         };
@@ -516,5 +528,64 @@ pub(crate) mod tests {
         assert!(got.contains(&format!("\r\nhost: 127.0.0.1:{port}\r\n")), "{got}");
         assert!(got.ends_with(&format!("\r\n\r\n{}", std::str::from_utf8(&body).unwrap())), "{got}");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A stand-in whose first connection answers one request and then does `second` with the
+    /// next one it reads; later connections answer every request. Returns the requests it read
+    /// and the connections it accepted, once the client's two sends are over.
+    async fn second_request_on_a_pooled_connection(second: &'static [u8]) -> (Result<u16, String>, usize, usize) {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (requests, connections) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (r, n) = (requests.clone(), connections.clone());
+        let server = tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let first = n.fetch_add(1, SeqCst) == 0;
+                let r = r.clone();
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        read_request(&mut conn).await;
+                        r.fetch_add(1, SeqCst);
+                        if first && i == 1 {
+                            let _ = conn.write_all(second).await;
+                            if second.is_empty() {
+                                return; // closes it without an answer
+                            }
+                            continue;
+                        }
+                        conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
+                    }
+                });
+            }
+        });
+        let base = BaseUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let c = client("");
+        let body = Bytes::from_static(b"{}");
+        let mut answer = c.send::<&str>(&base, "POST", "/v1/chat/completions", &[], body.clone()).await.unwrap();
+        assert_eq!(&answer.read_all(16).await.unwrap()[..], b"ok");
+        answer.release().await;
+        let second = match c.send::<&str>(&base, "POST", "/v1/chat/completions", &[], body).await {
+            Ok(a) => Ok(a.header().status.as_u16()),
+            Err(e) => Err(e.to_string()),
+        };
+        server.abort();
+        (second, requests.load(SeqCst), connections.load(SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_closed_before_answering_is_resent_once_on_a_new_one() {
+        let (second, requests, connections) = second_request_on_a_pooled_connection(b"").await;
+        assert_eq!(second, Ok(200));
+        assert_eq!((requests, connections), (3, 2), "the second request went out again on a second connection");
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_does_not_parse_is_not_resent() {
+        // The provider has the request: a second send could run (and bill) it twice.
+        let (second, requests, connections) = second_request_on_a_pooled_connection(b"HTTP/1.1 2x0 ??\r\n\r\n").await;
+        assert!(second.is_err(), "{second:?}");
+        assert_eq!((requests, connections), (2, 1), "sent once, on the pooled connection");
     }
 }

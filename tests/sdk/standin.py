@@ -59,6 +59,12 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: bytes
+    # Which connection it came on (the gateway's port) and when, to tell a retry from a resend.
+    peer_port: int = 0
+    at: float = 0.0
+
+    def __str__(self):
+        return f"{self.method} {self.path} (port {self.peer_port}, at {self.at:.3f}, {len(self.body)} body bytes)"
 
     def json(self):
         return json.loads(self.body)
@@ -196,7 +202,8 @@ class _Handler(CloudRoutes, BaseHTTPRequestHandler):
             # Repeated headers are joined, not overwritten, so a second Authorization cannot hide.
             k = k.lower()
             headers[k] = f"{headers[k]}, {v}" if k in headers else v
-        self.server.standin.requests.append(Recorded(self.command, self.path, headers, body))
+        self.server.standin.requests.append(
+            Recorded(self.command, self.path, headers, body, self.client_address[1], time.time()))
 
     # --- OpenAI ---------------------------------------------------------------------------
 

@@ -190,6 +190,13 @@ def upstream_calls(standin) -> list:
     return [r for r in standin.requests if urlsplit(r.path).path != "/token"]
 
 
+def the_upstream_call(standin):
+    """The one call the gateway sent upstream for this test's one request (none resent)."""
+    calls = upstream_calls(standin)
+    assert len(calls) == 1, "expected one upstream call, got: " + "; ".join(map(str, calls))
+    return calls[0]
+
+
 def check_receipt(gateway, receipts: ReceiptIds, case_provider: str, model: str, tokens: tuple[int, int]):
     """The last answer's receipt: the provider that answered, its token counts, its price."""
     receipt_id = receipts.ids[-1]
@@ -215,7 +222,7 @@ def test_chat(case, client, gateway, standin, receipts):
     tokens = USAGE[case.provider]["text"]
     assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (*tokens, sum(tokens))
 
-    (sent,) = upstream_calls(standin)
+    sent = the_upstream_call(standin)
     assert sent.path == case.upstream_path(stream=False)
     assert case.system_sent(sent.json()) == "Be brief."
     check_receipt(gateway, receipts, case.provider, case.model, tokens)
@@ -234,7 +241,7 @@ def test_streamed_text(case, client, gateway, standin, receipts):
     tokens = USAGE[case.provider]["text"]
     assert (chunks[-1].choices, chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == ([], *tokens)
 
-    (sent,) = upstream_calls(standin)
+    sent = the_upstream_call(standin)
     assert sent.path == case.upstream_path(stream=True)
     check_receipt(gateway, receipts, case.provider, case.model, tokens)
 
@@ -288,7 +295,7 @@ def test_streamed_parallel_tool_calls_accumulate(case, client, gateway, standin,
     tokens = USAGE[case.provider]["tools"]
     assert (final.usage.prompt_tokens, final.usage.completion_tokens) == tokens
 
-    (sent,) = upstream_calls(standin)
+    sent = the_upstream_call(standin)
     assert sent.path == case.upstream_path(stream=True)
     check_receipt(gateway, receipts, case.provider, case.model, tokens)
 
@@ -335,7 +342,7 @@ def test_anthropic_sdk_tool_use(anthropic_client, gateway, standin, receipts):
     message = anthropic_client.messages.create(model="claude-haiku-4-5", max_tokens=256, tools=ANTHROPIC_TOOLS,
                                                messages=MESSAGES[1:])
     _check_tool_use(message)
-    (sent,) = upstream_calls(standin)
+    sent = the_upstream_call(standin)
     assert [t["name"] for t in sent.json()["tools"]] == ["get_weather", "get_time"], "passed through"
     assert sent.headers["x-api-key"] == ANTHROPIC_SECRET
     check_receipt(gateway, receipts, "anthropic", "claude-haiku-4-5", USAGE["anthropic"]["tools"])
@@ -353,7 +360,7 @@ def test_anthropic_sdk_streams_tool_use(anthropic_client, gateway, standin, rece
     stopped = [e.content_block for e in events if e.type == "content_block_stop"]
     assert [(b.type, getattr(b, "input", None)) for b in stopped] == [("text", None)] + [
         ("tool_use", args) for _, args in EXPECTED_CALLS]
-    (sent,) = upstream_calls(standin)
+    sent = the_upstream_call(standin)
     assert sent.json()["stream"] is True
     check_receipt(gateway, receipts, "anthropic", "claude-haiku-4-5", USAGE["anthropic"]["tools"])
 
@@ -385,7 +392,7 @@ def test_bedrock_sigv4_is_botocores(client, gateway, standin):
 def test_bedrock_standin_refuses_a_bad_signature(client, standin):
     """The stand-in checks signatures as AWS does, so every Bedrock answer above proves one."""
     client.chat.completions.create(model=f"bedrock/{BEDROCK_MODEL}", messages=MESSAGES)
-    (r,) = upstream_calls(standin)
+    r = the_upstream_call(standin)
     tampered = r.body.replace(b"Be brief.", b"Be long..")
     headers = {k: v for k, v in r.headers.items() if k not in ("host", "content-length")}
     status, body = _post(standin.url + r.path, tampered, headers)
@@ -515,7 +522,7 @@ def test_vertex_token_is_a_verified_jwt_grant(client, standin, service_account):
     assert 0 < claims["exp"] - claims["iat"] <= 3600
     header = jwt.get_unverified_header(grant.assertion)
     assert (header["alg"], header.get("kid")) == ("RS256", file["private_key_id"])
-    (sent,) = upstream_calls(standin)
+    sent = the_upstream_call(standin)
     assert sent.headers["authorization"] == f"Bearer {grant.token}"
 
 
