@@ -15,7 +15,8 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::client::HttpSession;
 use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession as HttpSessionV1};
 use pingora::upstreams::peer::HttpPeer;
-use pingora::{Error, ErrorType};
+use pingora::{Error, ErrorType, RetryType};
+
 use tokio::io::AsyncWriteExt;
 
 /// A provider base URL: scheme, host, port and an optional path prefix (no trailing `/v1`).
@@ -218,9 +219,9 @@ impl UpstreamClient {
 
         // A pooled connection may have been closed by the server while idle; that is not the
         // provider failing, so such a failure is retried once on another one. Only a dead
-        // connection (the write failed, or it closed or reset before any answer) is resent: a
-        // timeout or an answer that does not parse may mean the provider has the request, and a
-        // second send would run (and bill) it twice.
+        // connection (the write failed, or it closed or was reset while the answer's head was
+        // awaited) is resent: a timeout or an answer that does not parse means the provider may
+        // have the request, and a second send would run (and bill) it twice.
         let mut attempt = 0;
         let session = loop {
             attempt += 1;
@@ -234,7 +235,9 @@ impl UpstreamClient {
                 session.set_read_timeout(Some(self.timeouts.read));
                 session.set_write_timeout(Some(self.timeouts.read));
                 session.read_response_header().await.map_err(|e| {
-                    let dead = matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::ReadError);
+                    // Pingora's own mark (what pingora-proxy retries on): the connection closed
+                    // or an OS error (reset) while waiting for the answer's head.
+                    let dead = matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true));
                     (UpstreamError::from_pingora(&e, "request"), dead)
                 })?;
                 Ok::<_, (UpstreamError, bool)>(session)
