@@ -31,7 +31,7 @@
 #   STANDIN_PORT=18091 BARE_PORT=18092 TG_GATEWAY_PORT=18093 TG_MANAGEMENT_PORT=18094 TG_METRICS_PORT=18095
 #   SKIP_BUILD=1        use the binaries already in target/release
 #   RESULTS=FILE        also write the medians as TSV to FILE
-#   PAGE=4096           SQLite page size of Tollgate's new database (default: the binary's, 1 KiB)
+#   PAGE=4096           SQLite page size of Tollgate's new database (default: the binary's, 2 KiB)
 #   KEEP_LOGS=1         keep the temp dir (server logs, wrk outputs) after the run
 #   TRACING=1           OpenTelemetry traces on: Tollgate exports a span per request (OTLP/HTTP
 #                       batches) to the stand-in, which accepts POST /v1/traces. Off otherwise

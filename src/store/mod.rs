@@ -92,6 +92,21 @@ pub fn db_runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// The page size of a new SQLite database (an existing one keeps its own). Every answer waits
+/// for its receipt, so commits are small (one receipt with a single client, ~9 flat out on two
+/// cores) and each dirties its pages (table, three indexes, chain head, spend) into the WAL,
+/// which the checkpointer copies and fsyncs. 4 KiB (SQLite's default): ~29 KB of WAL a
+/// single-client receipt, and the fsync bursts stalled a VM's cores (single-client p99 over bare
+/// Pingora +0.89 ms, session 21). 1 KiB: +0.42 ms there, but a receipt row (~520 bytes with its
+/// record header) fills a page on its own, so each receipt is a page of its own in the WAL and
+/// the checkpoint (two `write`s a frame, a `pwrite` a page): flat out on session 24's VM 0.52x
+/// bare Pingora (median of 8 rounds) against 0.60x at 2 KiB (6 rounds) and 0.59x at 4 KiB (4).
+/// 2 KiB holds three rows a page, and a single-client receipt writes about half 4 KiB's WAL.
+pub const NEW_DATABASE_PAGE_SIZE: u32 = 2048;
+/// [`NEW_DATABASE_PAGE_SIZE`] as the statement (sqlx takes only `'static` SQL); a unit test ties
+/// the two.
+const NEW_DATABASE_PAGE_SIZE_PRAGMA: &str = "PRAGMA page_size=2048";
+
 impl Store {
     /// Connects (creating the SQLite file and its directory when needed). Runs on the db runtime.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
@@ -131,16 +146,9 @@ impl Store {
                         // WAL lets readers run beside the one writer; busy_timeout waits out
                         // the writer instead of failing with SQLITE_BUSY.
                         for pragma in [
-                            // Only a new database takes it (before its first table). 1 KiB: since
-                            // every answer waits for its receipt, commits are small (one receipt
-                            // with a single client), and each dirties ~7 pages (table, three
-                            // indexes, chain head, spend), all written to the WAL and fsynced by the
-                            // next checkpoint: 29 KB a receipt at 4 KiB (50 times the row). Each
-                            // fsync burst stalls this VM's cores (bare Pingora's single-client p99
-                            // +0.55 ms beside a 3 MB fsync every 20 ms): single-client p99 over bare
-                            // Pingora +0.89 ms at 4 KiB, +0.42 ms at 1 KiB (same run); flat out
-                            // the same. A receipt row (~570 bytes) still fits a page.
-                            "PRAGMA page_size=1024",
+                            // Only a new database takes it (before its first table); see
+                            // [`NEW_DATABASE_PAGE_SIZE`].
+                            NEW_DATABASE_PAGE_SIZE_PRAGMA,
                             "PRAGMA journal_mode=WAL",
                             "PRAGMA synchronous=NORMAL",
                             "PRAGMA busy_timeout=10000",
@@ -279,6 +287,28 @@ pub fn now_ts() -> String {
 #[cfg(test)]
 mod tests {
     use sqlx::{Connection, Row};
+
+    /// A new database takes [`super::NEW_DATABASE_PAGE_SIZE`]; one created before keeps its own.
+    #[tokio::test]
+    async fn a_new_database_takes_the_page_size_and_an_existing_one_keeps_its_own() {
+        let dir = std::env::temp_dir().join(format!("tollgate-page-size-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page_size = |file: std::path::PathBuf| {
+            rusqlite::Connection::open(file).unwrap().query_row("PRAGMA page_size", [], |r| r.get::<_, u32>(0)).unwrap()
+        };
+        let new = dir.join("new.db");
+        super::Store::connect(&format!("sqlite://{}", new.display())).await.unwrap().migrate().await.unwrap();
+        assert_eq!(page_size(new), super::NEW_DATABASE_PAGE_SIZE);
+
+        let old = dir.join("old.db");
+        rusqlite::Connection::open(&old)
+            .unwrap()
+            .execute_batch("PRAGMA page_size=4096; PRAGMA journal_mode=WAL; CREATE TABLE t (x);")
+            .unwrap();
+        super::Store::connect(&format!("sqlite://{}", old.display())).await.unwrap().migrate().await.unwrap();
+        assert_eq!(page_size(old), 4096);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// `.cargo/config.toml` builds the bundled SQLite without allocation statistics, which
     /// would otherwise take a global mutex on every SQLite malloc and free.
