@@ -106,6 +106,11 @@ pub const NEW_DATABASE_PAGE_SIZE: u32 = 2048;
 /// [`NEW_DATABASE_PAGE_SIZE`] as the statement (sqlx takes only `'static` SQL); a unit test ties
 /// the two.
 const NEW_DATABASE_PAGE_SIZE_PRAGMA: &str = "PRAGMA page_size=2048";
+/// Rewrites an existing SQLite database with [`NEW_DATABASE_PAGE_SIZE`] pages, offline (the
+/// gateway stopped): the page size of a WAL database changes only through a rollback-journal
+/// `VACUUM`. Nothing reads SQLite's `rowid`s, which `VACUUM` may renumber. README, "Receipts".
+pub const MOVE_TO_NEW_PAGE_SIZE: &str =
+    "PRAGMA journal_mode=DELETE; PRAGMA page_size=2048; VACUUM; PRAGMA journal_mode=WAL;";
 
 impl Store {
     /// Connects (creating the SQLite file and its directory when needed). Runs on the db runtime.
@@ -194,6 +199,15 @@ impl Store {
             }
         };
         Ok(Store { pool, backend, chain, sqlite_file })
+    }
+
+    /// Closes every pooled connection (waits for those in use to come back).
+    pub async fn close(&self) {
+        self.pool.close().await;
+        match &self.chain {
+            ChainPool::Sqlite(p) => p.close().await,
+            ChainPool::Postgres(p) => p.close().await,
+        }
     }
 
     pub fn backend(&self) -> Backend {

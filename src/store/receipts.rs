@@ -1128,6 +1128,65 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// An existing database keeps its page size (a 1 KiB one from before 2 KiB became the
+    /// default); README's offline step rewrites it with 2 KiB pages, and its chains, heads and
+    /// new appends are as before.
+    #[test]
+    fn a_1_kib_database_moved_to_2_kib_pages_offline_keeps_its_chain() {
+        let dir = std::env::temp_dir().join(format!("tollgate-pages-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.db");
+        rusqlite::Connection::open(&file)
+            .unwrap()
+            .execute_batch("PRAGMA page_size=1024; PRAGMA journal_mode=WAL;")
+            .unwrap();
+        let url = format!("sqlite://{}", file.display());
+        let signer = Signer::from_seed(&[7u8; 32]);
+        let page_size = || -> u32 {
+            rusqlite::Connection::open(&file).unwrap().query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap()
+        };
+        let drafts = |range: std::ops::Range<usize>| -> Vec<Draft> { range.map(|i| draft("tenant-a", i)).collect() };
+        let check = |store: &Store, n: u64| {
+            super::super::db_runtime().block_on(async {
+                assert_eq!(head_seq(store, "tenant-a").await.unwrap(), n);
+                let report = crate::receipts::chain::verify(store, "tenant-a", 1, n).await.unwrap();
+                assert!(report.ok && report.count == n, "{report:?}");
+            })
+        };
+
+        let store = super::super::db_runtime().block_on(async {
+            let store = Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            store
+        });
+        SqliteAppender::open(&file, std::time::Duration::from_secs(5))
+            .unwrap()
+            .append(&drafts(0..40), &signer)
+            .unwrap();
+        check(&store, 40);
+        assert_eq!(page_size(), 1024);
+        super::super::db_runtime().block_on(store.close());
+
+        rusqlite::Connection::open(&file).unwrap().execute_batch(super::super::MOVE_TO_NEW_PAGE_SIZE).unwrap();
+        assert_eq!(page_size(), super::super::NEW_DATABASE_PAGE_SIZE);
+        let store = super::super::db_runtime().block_on(async {
+            let store = Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            store
+        });
+        check(&store, 40);
+        SqliteAppender::open(&file, std::time::Duration::from_secs(5))
+            .unwrap()
+            .append(&drafts(40..50), &signer)
+            .unwrap();
+        check(&store, 50);
+        let mode: String =
+            rusqlite::Connection::open(&file).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+        super::super::db_runtime().block_on(store.close());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// The WAL starts over under steady appends: the background checkpointer's passive pass
     /// cannot reach the frames the writer appends while it runs, so the writer finishes the
     /// checkpoint between two batches and its next batch writes from the log's beginning.
