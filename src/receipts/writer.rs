@@ -401,8 +401,8 @@ impl Retry {
 /// steady light load the passive checkpoints never reach the end of the log (a commit lands
 /// while they fsync), so it grows by every commit's frames: at 1 024 frames a single client
 /// (~7 frames a receipt) met a finish every ~150 requests, and its p99 was +1.7 ms over bare
-/// Pingora. At 32 MiB it is every ~4 700 at 1 KiB pages, ~2 300 at 2 KiB (the default). Below the WAL's size limit
-/// (`journal_size_limit`, 64 MiB), so the file is reused, not grown.
+/// Pingora. At 32 MiB it is every ~4 700 at 1 KiB pages, ~2 300 at 2 KiB (the default). Below
+/// the WAL's size limit (`journal_size_limit`, 64 MiB), so the file is reused, not grown.
 const TAIL_BYTES: i64 = 32 << 20;
 
 /// Every `every` (`receipts.wal_checkpoint_ms`), a passive checkpoint of the WAL on a connection

@@ -1128,6 +1128,15 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// A store on `url`, connected and migrated, on the database runtime.
+    fn migrated(url: &str) -> Store {
+        super::super::db_runtime().block_on(async {
+            let store = Store::connect(url).await.unwrap();
+            store.migrate().await.unwrap();
+            store
+        })
+    }
+
     /// An existing database keeps its page size (a 1 KiB one from before 2 KiB became the
     /// default); README's offline step rewrites it with 2 KiB pages, and its chains, heads and
     /// new appends are as before.
@@ -1154,11 +1163,7 @@ pub(crate) mod tests {
             })
         };
 
-        let store = super::super::db_runtime().block_on(async {
-            let store = Store::connect(&url).await.unwrap();
-            store.migrate().await.unwrap();
-            store
-        });
+        let store = migrated(&url);
         SqliteAppender::open(&file, std::time::Duration::from_secs(5))
             .unwrap()
             .append(&drafts(0..40), &signer)
@@ -1169,11 +1174,7 @@ pub(crate) mod tests {
 
         rusqlite::Connection::open(&file).unwrap().execute_batch(super::super::MOVE_TO_NEW_PAGE_SIZE).unwrap();
         assert_eq!(page_size(), super::super::NEW_DATABASE_PAGE_SIZE);
-        let store = super::super::db_runtime().block_on(async {
-            let store = Store::connect(&url).await.unwrap();
-            store.migrate().await.unwrap();
-            store
-        });
+        let store = migrated(&url);
         check(&store, 40);
         SqliteAppender::open(&file, std::time::Duration::from_secs(5))
             .unwrap()
@@ -1195,11 +1196,7 @@ pub(crate) mod tests {
     fn the_writer_finishing_a_checkpoint_starts_the_wal_over() {
         let dir = std::env::temp_dir().join(format!("tollgate-wal-{}", uuid::Uuid::new_v4().simple()));
         let url = format!("sqlite://{}", dir.join("r.db").display());
-        let store = super::super::db_runtime().block_on(async {
-            let store = Store::connect(&url).await.unwrap();
-            store.migrate().await.unwrap();
-            store
-        });
+        let store = migrated(&url);
         let file = store.sqlite_file().unwrap().to_path_buf();
         let signer = Signer::from_seed(&[7u8; 32]);
         let mut appender = SqliteAppender::open(&file, std::time::Duration::from_secs(5)).unwrap();
