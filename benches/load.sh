@@ -30,6 +30,8 @@
 #   TOLLGATE_LOG=warn   Tollgate's log filter during the run
 #   STANDIN_PORT=18091 BARE_PORT=18092 TG_GATEWAY_PORT=18093 TG_MANAGEMENT_PORT=18094 TG_METRICS_PORT=18095
 #   SKIP_BUILD=1        use the binaries already in target/release
+#   TG_BIN=PATH         the Tollgate binary to run (default target/release/tollgate): with
+#                       SKIP_BUILD=1, two builds compared back to back (a copy of the previous one)
 #   RESULTS=FILE        also write the medians as TSV to FILE
 #   PAGE=4096           SQLite page size of Tollgate's new database (default: the binary's, 2 KiB)
 #   KEEP_LOGS=1         keep the temp dir (server logs, wrk outputs) after the run
@@ -220,7 +222,7 @@ if [ "$SKIP_BUILD" != 1 ]; then
 fi
 STANDIN_BIN="$BIN_DIR/examples/standin_upstream"
 BARE_BIN="$BIN_DIR/examples/bare_pingora"
-TG_BIN="$BIN_DIR/tollgate"
+TG_BIN="${TG_BIN:-$BIN_DIR/tollgate}"
 [ -x "$STANDIN_BIN" ] || die "missing $STANDIN_BIN (build it or unset SKIP_BUILD)"
 want bare && { [ -x "$BARE_BIN" ] || die "missing $BARE_BIN"; }
 want tollgate && { [ -x "$TG_BIN" ] || die "missing $TG_BIN"; }

@@ -37,38 +37,81 @@ pub fn usd(nanos: i64) -> f64 {
 /// Reserves `amount` (nanos) against every entry, all or nothing: one hash per entry from
 /// `keys[k]`, `limits` (nanos) one per entry. Returns {1, bucket} reserved, {0, i, used} entry
 /// i (1-based) has `used` (spent + held) and it does not fit, {-1, i} entry i not loaded.
+///
+/// As the rate windows (`rate::ROLL_FN`): a call reads each entry once and adds what its
+/// requests hold to it once at the end (`budget_flush`); the requests are decided one after
+/// another on the figures in Lua.
 pub(super) const RESERVE_FN: &str = r#"
+local budget_states = {}
+local function budget_state(key, b)
+  local id = key .. '\0' .. b
+  local st = budget_states[id]
+  if not st then
+    local cur = 'r:' .. b
+    local v = redis.call('HMGET', key, 'spent', cur, 'r:' .. (b - 1), 'ok')
+    st = {key = key, b = b, field = cur, ok = v[4], spent = tonumber(v[1]) or 0,
+          cur = tonumber(v[2]) or 0, prev = tonumber(v[3]) or 0, add = 0}
+    budget_states[id] = st
+  end
+  return st
+end
 local function budget_reserve(keys, k, n, now, amount, ttl, limits)
   local b = math.floor(now / ttl)
-  local cur, prev = 'r:' .. b, 'r:' .. (b - 1)
+  local sts = {}
   for i = 1, n do
-    local v = redis.call('HMGET', keys[k + i - 1], 'spent', cur, prev, 'ok')
-    if not v[4] then return {-1, i} end
-    local spent = tonumber(v[1]) or 0
-    local held = math.max((tonumber(v[2]) or 0) + (tonumber(v[3]) or 0), 0)
-    if not (spent < limits[i] and spent + held + amount <= limits[i]) then
-      return {0, i, spent + held}
+    local st = budget_state(keys[k + i - 1], b)
+    if not st.ok then return {-1, i} end
+    local held = math.max(st.cur + st.prev, 0)
+    if not (st.spent < limits[i] and st.spent + held + amount <= limits[i]) then
+      return {0, i, st.spent + held}
     end
+    sts[i] = st
   end
   if amount > 0 then
     for i = 1, n do
-      if redis.call('HINCRBY', keys[k + i - 1], cur, amount) == amount then
-        redis.call('HDEL', keys[k + i - 1], 'r:' .. (b - 2), 'r:' .. (b - 3))
-      end
+      sts[i].cur = sts[i].cur + amount
+      sts[i].add = sts[i].add + amount
     end
   end
   return {1, b}
 end
+local function budget_flush()
+  for _, st in pairs(budget_states) do
+    if st.add > 0 then
+      -- The first hold in a bucket clears the buckets that no longer count.
+      if redis.call('HINCRBY', st.key, st.field, st.add) == st.add then
+        redis.call('HDEL', st.key, 'r:' .. (st.b - 2), 'r:' .. (st.b - 3))
+      end
+    end
+  end
+end
 "#;
 
 /// Adds a request's real cost (nanos) to the spend of the `n` entries it was held against
-/// (`keys[k]`…) and gives back its `amount` held in `bucket`.
+/// (`keys[k]`…) and gives back its `amount` held in `bucket`. Sums per hash and field, sent
+/// once per call by `budget_settle_flush`.
 pub(super) const SETTLE_FN: &str = r#"
+local budget_adds = {}
+local function budget_add(key, field, v)
+  local t = budget_adds[key]
+  if not t then
+    t = {}
+    budget_adds[key] = t
+  end
+  t[field] = (t[field] or 0) + v
+end
 local function budget_settle(keys, k, n, now, ttl, bucket, amount, cost)
   local live = amount > 0 and bucket >= math.floor(now / ttl) - 1
   for i = k, k + n - 1 do
-    if cost > 0 then redis.call('HINCRBY', keys[i], 'spent', cost) end
-    if live then redis.call('HINCRBY', keys[i], 'r:' .. bucket, -amount) end
+    if cost > 0 then budget_add(keys[i], 'spent', cost) end
+    if live then budget_add(keys[i], 'r:' .. bucket, -amount) end
+  end
+end
+local function budget_settle_flush()
+  for key, t in pairs(budget_adds) do
+    for field, v in pairs(t) do
+      if v ~= 0 then redis.call('HINCRBY', key, field, v) end
+    end
   end
 end
 "#;

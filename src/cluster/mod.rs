@@ -90,8 +90,11 @@ pub struct Cluster {
     settler: tokio::sync::mpsc::Sender<settle::Op>,
     /// Where Redis is, without credentials.
     pub address: String,
-    /// The admission script (`admit`) and the spend rebuild.
+    /// The admission script (`admit`), its queue, and the spend rebuild.
     admit: redis::Script,
+    admissions: admit::Queue,
+    /// This store, for the task that sends admission calls.
+    me: std::sync::Weak<Cluster>,
     seed: redis::Script,
     missing: redis::Script,
 }
@@ -120,7 +123,8 @@ impl Cluster {
         };
         METRICS.up.set(0);
         let (settler, queue) = tokio::sync::mpsc::channel(settle::QUEUE);
-        let cluster = Arc::new(Cluster {
+        let cluster = Arc::new_cyclic(|me| Cluster {
+            me: me.clone(),
             conn,
             client,
             conf,
@@ -136,6 +140,7 @@ impl Cluster {
             settler,
             address,
             admit: admit::script(),
+            admissions: admit::Queue::default(),
             seed: budget::seed_script(),
             missing: budget::missing_script(),
         });
@@ -205,15 +210,14 @@ impl Cluster {
         if !self.is_up() {
             return vec![Answer::Unavailable(self.reason()); n];
         }
-        let op = match asks.first() {
-            Some(Ask::Cache { .. }) => "cache",
-            _ => "admit",
-        };
-        match tokio::time::timeout(self.timeout, self.call(asks)).await {
-            Ok(Ok(answers)) => answers,
-            Ok(Err(e)) => vec![Answer::Unavailable(self.failed(op, &e)); n],
-            Err(_) => vec![Answer::Unavailable(self.timed_out(op)); n],
+        if let [Ask::Cache { key }] = asks.as_slice() {
+            return match tokio::time::timeout(self.timeout, self.cache_get(key)).await {
+                Ok(Ok(got)) => vec![Answer::Cache(got)],
+                Ok(Err(e)) => vec![Answer::Unavailable(self.failed("cache", &e))],
+                Err(_) => vec![Answer::Unavailable(self.timed_out("cache"))],
+            };
         }
+        admit::admit(self, asks).await
     }
 
     /// A connection whose driver runs on the calling runtime (one per gateway worker thread):
@@ -242,17 +246,34 @@ impl Cluster {
         })
     }
 
-    /// A cache lookup is a GET; rate and budget asks are one admission script call.
-    async fn call(&self, asks: Vec<Ask>) -> redis::RedisResult<Vec<Answer>> {
+    async fn cache_get(&self, key: &[u8; 32]) -> redis::RedisResult<Option<Cached>> {
         let mut conn = self.conn_here();
-        if let [Ask::Cache { key }] = asks.as_slice() {
-            let k = self.key(format_args!("c:{}", hex::encode(key)));
-            let got: Option<Vec<u8>> = redis::cmd("GET").arg(k).query_async(&mut conn).await?;
-            return Ok(vec![Answer::Cache(got.and_then(|b| decode_cached(&b)))]);
+        let k = self.key(format_args!("c:{}", hex::encode(key)));
+        let got: Option<Vec<u8>> = redis::cmd("GET").arg(k).query_async(&mut conn).await?;
+        Ok(got.and_then(|b| decode_cached(&b)))
+    }
+
+    /// One admission call for `requests` (rate and budget asks), bounded by the timeout: per
+    /// request its answers, or `Unavailable` for every ask when the call failed.
+    async fn decide(&self, requests: &[&[Ask]]) -> Vec<Vec<Answer>> {
+        let unavailable =
+            |why: String| requests.iter().map(|r| vec![Answer::Unavailable(why.clone()); r.len()]).collect();
+        if !self.is_up() {
+            return unavailable(self.reason());
         }
-        let inv = admit::invocation(self, &self.admit, 0, &asks);
-        let reply: Vec<redis::Value> = inv.invoke_async(&mut conn).await?;
-        Ok(admit::answers(self, &asks, reply))
+        let mut conn = self.conn_here();
+        let inv = admit::invocation(self, &self.admit, 0, requests);
+        match tokio::time::timeout(self.timeout, inv.invoke_async::<Vec<redis::Value>>(&mut conn)).await {
+            Ok(Ok(reply)) => {
+                let mut reply = reply.into_iter();
+                requests
+                    .iter()
+                    .map(|asks| admit::answers(self, asks, reply.next().unwrap_or(redis::Value::Nil)))
+                    .collect()
+            }
+            Ok(Err(e)) => unavailable(self.failed("admit", &e)),
+            Err(_) => unavailable(self.timed_out("admit")),
+        }
     }
 
     /// Queues a settlement for the batch task; never waits (a full queue drops it, counted).
@@ -547,5 +568,192 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].limit_usd, 2.0);
         assert_eq!(e[1].period_key, crate::budget::month_key(now));
+    }
+
+    /// Group admission: requests queued while a call is in flight go together in the next call,
+    /// and each is decided as if alone: exactly `rpm` of them pass, a request its rate limit
+    /// refuses holds no budget (its budget ask is not decided), the admitted ones hold theirs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_admissions_share_one_call_and_each_is_decided_alone() {
+        use crate::pipeline::shared::SharedStore;
+        use crate::ratelimit::TokenAsk;
+        let Some(mut conn) = rate::tests::redis().await else { return };
+        let prefix = format!("tollgate-test-{}:", uuid::Uuid::new_v4().simple());
+        let cfg = ClusterSection {
+            redis_url: "redis://127.0.0.1:6379".into(),
+            redis_prefix: prefix.clone(),
+            redis_timeout_ms: 5_000,
+            ..Default::default()
+        };
+        let c = Cluster::connect(&cfg, 1 << 20).unwrap().unwrap();
+        c.set_up();
+        let entry = BudgetEntry { scope: "key", scope_id: "k1".into(), period_key: "total".into(), limit_usd: 100.0 };
+        let hash = budget::hash_key(&prefix, "key", "k1", "total");
+        let _: () = redis::cmd("HSET").arg(&hash).arg("ok").arg(1).query_async(&mut conn).await.unwrap();
+
+        // As if a call were in flight: the 40 requests queue behind it.
+        c.admissions.lock().busy = true;
+        let tasks: Vec<_> = (0..40)
+            .map(|_| {
+                let c = c.clone();
+                let asks = vec![
+                    Ask::Rate { key_id: "k1".into(), rpm: Some(7), tpm: None, ask: TokenAsk::new(10, Some(10), 1024) },
+                    Ask::Budget { entries: vec![entry.clone()], amount_usd: 0.5 },
+                ];
+                tokio::spawn(async move { c.ask(asks).await })
+            })
+            .collect();
+        while c.admissions.lock().waiting.len() < 40 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let calls = c.admissions.calls.load(Ordering::Relaxed);
+        // The call in flight ends: the next one carries everything queued.
+        tokio::spawn(admit::run(c.clone()));
+        let mut admitted = 0;
+        for t in tasks {
+            let answers = t.await.unwrap();
+            match answers.as_slice() {
+                [Answer::Rate(r), Answer::Budget(Ok(_))] if r.admitted => admitted += 1,
+                [Answer::Rate(r)] if !r.admitted => {}
+                other => panic!("unexpected answers {other:?}"),
+            }
+        }
+        assert_eq!(admitted, 7, "a key limited to 7 rpm gets 7 of 40");
+        assert_eq!(c.admissions.calls.load(Ordering::Relaxed) - calls, 1, "the 40 went in one call");
+        assert!(!c.admissions.lock().busy, "the queue is free again");
+        let fields: std::collections::HashMap<String, i64> =
+            redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await.unwrap();
+        let held: i64 = fields.iter().filter(|(k, _)| k.starts_with("r:")).map(|(_, v)| *v).sum();
+        assert_eq!(held, 7 * budget::nanos(0.5), "only the admitted requests hold budget: {fields:?}");
+
+        // A lone request afterwards goes at once, in a call of its own.
+        let one = c
+            .ask(vec![Ask::Rate { key_id: "k2".into(), rpm: Some(1), tpm: None, ask: TokenAsk::new(1, Some(1), 1024) }])
+            .await;
+        assert!(matches!(one.as_slice(), [Answer::Rate(r)] if r.admitted), "{one:?}");
+        let _: () = redis::cmd("DEL")
+            .arg(&hash)
+            .arg(format!("{prefix}rl:k1"))
+            .arg(format!("{prefix}rl:k2"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    /// The equivalence test of group admission and batched settlement: the same requests
+    /// (three keys, shared budget entries, refusals by either check) decided in one call and in
+    /// one call each, on the same clock, get the same answers and leave the same hashes; so do
+    /// their settlements.
+    #[tokio::test]
+    async fn one_call_for_many_requests_decides_as_one_call_each() {
+        use crate::ratelimit::TokenAsk;
+        use std::collections::HashMap;
+        let Some(mut conn) = rate::tests::redis().await else { return };
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let cluster = |name: &str| {
+            let cfg = ClusterSection {
+                redis_url: "redis://127.0.0.1:6379".into(),
+                redis_prefix: format!("tollgate-test-{run}-{name}:"),
+                ..Default::default()
+            };
+            Cluster::connect(&cfg, 1 << 20).unwrap().unwrap()
+        };
+        let (together, alone) = (cluster("together"), cluster("alone"));
+        let now = 1_700_000_040_000i64 + 30_000;
+        let entry = |scope, id: &str, limit_usd| BudgetEntry {
+            scope,
+            scope_id: id.into(),
+            period_key: "total".into(),
+            limit_usd,
+        };
+        let (tenant, team) = (entry("tenant", "t", 1.6), entry("team", "m", 0.8));
+        let hashes = |c: &Cluster| {
+            let mut h: Vec<String> = ["rl:a", "rl:b", "rl:c"].iter().map(|k| c.key(format_args!("{k}"))).collect();
+            h.extend([&tenant, &team].map(|e| budget::hash_key(&c.prefix, e.scope, &e.scope_id, &e.period_key)));
+            h
+        };
+        for c in [&together, &alone] {
+            for h in &hashes(c)[3..] {
+                let _: () = redis::cmd("HSET")
+                    .arg(h)
+                    .arg("ok")
+                    .arg(1)
+                    .arg("spent")
+                    .arg(budget::nanos(0.4))
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+        let requests: Vec<Vec<Ask>> = (0..60u64)
+            .map(|i| {
+                let key = ["a", "b", "c"][(i % 3) as usize];
+                let own = if i % 4 == 0 { Some(1500 + i * 10) } else { None };
+                let rate = Ask::Rate {
+                    key_id: key.into(),
+                    rpm: Some(12),
+                    tpm: Some(9000),
+                    ask: TokenAsk::new(100 + i * 37 % 300, own, 1024),
+                };
+                let entries = if i % 2 == 0 { vec![tenant.clone(), team.clone()] } else { vec![tenant.clone()] };
+                vec![rate, Ask::Budget { entries, amount_usd: 0.05 + (i % 5) as f64 * 0.01 }]
+            })
+            .collect();
+        let refs: Vec<&[Ask]> = requests.iter().map(|r| r.as_slice()).collect();
+        let one: Vec<redis::Value> =
+            admit::invocation(&together, &together.admit, now, &refs).invoke_async(&mut conn).await.unwrap();
+        let mut each = Vec::new();
+        for r in &refs {
+            let mut v: Vec<redis::Value> =
+                admit::invocation(&alone, &alone.admit, now, &[r]).invoke_async(&mut conn).await.unwrap();
+            each.push(v.remove(0));
+        }
+        assert!(one == each, "the answers differ:\n{one:?}\n{each:?}");
+
+        // Both checks refused some and admitted others.
+        let answers: Vec<Vec<Answer>> =
+            refs.iter().zip(one).map(|(asks, v)| admit::answers(&together, asks, v)).collect();
+        let count = |f: &dyn Fn(&[Answer]) -> bool| answers.iter().filter(|a| f(a)).count();
+        let rate_refused = count(&|a| matches!(a, [Answer::Rate(r)] if !r.admitted));
+        let budget_refused = count(&|a| matches!(a, [Answer::Rate(_), Answer::Budget(Err(_))]));
+        let admitted = count(&|a| matches!(a, [Answer::Rate(_), Answer::Budget(Ok(_))]));
+        assert!(rate_refused > 0 && budget_refused > 0 && admitted > 0, "{rate_refused} {budget_refused} {admitted}");
+        assert_eq!(rate_refused + budget_refused + admitted, 60);
+
+        // Their settlements: the tokens really used and the cost, with the holds given back.
+        let ops = |c: &Cluster| -> Vec<settle::Op> {
+            let mut ops = Vec::new();
+            for (i, (asks, a)) in requests.iter().zip(&answers).enumerate() {
+                let [Answer::Rate(r), Answer::Budget(Ok(bucket))] = a.as_slice() else { continue };
+                let Ask::Budget { entries, amount_usd } = &asks[1] else { unreachable!() };
+                let key = ["a", "b", "c"][i % 3];
+                let delta = (i as i64 * 53 % 700) - r.tokens as i64;
+                ops.push(settle::Op::Rate { key: c.key(format_args!("rl:{key}")), from: r.before.start_ms, delta });
+                ops.push(settle::Op::Budget {
+                    entries: entries
+                        .iter()
+                        .map(|e| budget::hash_key(&c.prefix, e.scope, &e.scope_id, &e.period_key))
+                        .collect(),
+                    bucket: *bucket,
+                    ttl_ms: c.reservation_ttl_ms,
+                    amount: budget::nanos(*amount_usd),
+                    cost: budget::nanos(amount_usd * (i % 3) as f64 / 2.0),
+                });
+            }
+            ops
+        };
+        let script = settle::script();
+        let later = now + 700;
+        let _: i64 = settle::invocation(&script, later, &ops(&together)).invoke_async(&mut conn).await.unwrap();
+        for op in ops(&alone) {
+            let _: i64 = settle::invocation(&script, later, &[op]).invoke_async(&mut conn).await.unwrap();
+        }
+        for (a, b) in hashes(&together).iter().zip(hashes(&alone)) {
+            let x: HashMap<String, String> = redis::cmd("HGETALL").arg(a).query_async(&mut conn).await.unwrap();
+            let y: HashMap<String, String> = redis::cmd("HGETALL").arg(&b).query_async(&mut conn).await.unwrap();
+            assert!(!x.is_empty(), "{a} was written");
+            assert_eq!(x, y, "{a} vs {b}");
+            let _: () = redis::cmd("DEL").arg(a).arg(&b).query_async(&mut conn).await.unwrap();
+        }
     }
 }

@@ -12,6 +12,13 @@ use crate::ratelimit::{Pair, State, TokenAsk};
 
 /// The windows of the key hash `key`, rolled to `now` (the steps of `ratelimit::State::roll`):
 /// `s, rp, rc, tp, tc`. Shared by the admission script and the settlement batch.
+///
+/// A call reads each key's hash once (`rate_state`) and writes it once at the end
+/// (`rate_flush`), however many requests of the call touch it: the requests of a call are
+/// decided one after another on the state in Lua, which is what the same `redis.call`s one
+/// request at a time would give (the script is atomic), for two commands per key instead of two
+/// per request. Why: flat out with every check on, Redis's time went to the scripts'
+/// `redis.call`s (each ~2 µs of conversion around a command of under 0.6 µs), not to Lua.
 pub(super) const ROLL_FN: &str = r#"
 local function roll(key, now)
   local v = redis.call('HMGET', key, 's', 'rp', 'rc', 'tp', 'tc')
@@ -35,21 +42,39 @@ local function clock(given)
   end
   return now
 end
+local rate_states = {}
+local function rate_state(key, now)
+  local st = rate_states[key]
+  if not st then
+    local s, rp, rc, tp, tc, rolled = roll(key, now)
+    st = {s = s, rp = rp, rc = rc, tp = tp, tc = tc, rolled = rolled, dirty = false}
+    rate_states[key] = st
+  end
+  return st
+end
+local function rate_flush()
+  for key, st in pairs(rate_states) do
+    if st.dirty then
+      redis.call('HSET', key, 's', st.s, 'rp', st.rp, 'rc', st.rc, 'tp', st.tp, 'tc', st.tc)
+      -- The windows matter until two minutes after the current one started: set once per window.
+      if st.rolled then redis.call('PEXPIRE', key, 180000) end
+    end
+  end
+end
 "#;
 
 /// Moves `delta` tokens on the window a reservation was counted in (`ratelimit::settle_on`).
 pub(super) const SETTLE_FN: &str = r#"
 local function rate_settle(key, now, from, delta)
-  local s, rp, rc, tp, tc, rolled = roll(key, now)
-  if s == from then
-    tc = math.max(tc + delta, 0)
-  elseif s - from == 60000 then
-    tp = math.max(tp + delta, 0)
+  local st = rate_state(key, now)
+  if st.s == from then
+    st.tc = math.max(st.tc + delta, 0)
+  elseif st.s - from == 60000 then
+    st.tp = math.max(st.tp + delta, 0)
   else
     return
   end
-  redis.call('HSET', key, 's', s, 'rp', rp, 'rc', rc, 'tp', tp, 'tc', tc)
-  if rolled then redis.call('PEXPIRE', key, 180000) end
+  st.dirty = true
 end
 "#;
 
@@ -58,7 +83,8 @@ end
 /// {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
 pub(super) const ADMIT_FN: &str = r#"
 local function rate_admit(key, now, rpm, tpm, amin, amax)
-  local s, rp, rc, tp, tc, rolled = roll(key, now)
+  local st = rate_state(key, now)
+  local s, rp, rc, tp, tc = st.s, st.rp, st.rc, st.tp, st.tc
   local frac = (now - s) / 60000
   local used_r = rp * (1.0 - frac) + rc
   local used_t = tp * (1.0 - frac) + tc
@@ -75,9 +101,9 @@ local function rate_admit(key, now, rpm, tpm, amin, amax)
     end
   end
   if ok == 1 then
-    redis.call('HSET', key, 's', s, 'rp', rp, 'rc', rc + 1, 'tp', tp, 'tc', tc + tokens)
-    -- The windows matter until two minutes after the current one started: set once per window.
-    if rolled then redis.call('PEXPIRE', key, 180000) end
+    st.rc = rc + 1
+    st.tc = tc + tokens
+    st.dirty = true
   end
   return {ok, now, s, rp, rc, tp, tc, tokens}
 end
@@ -108,7 +134,7 @@ pub(super) fn counts(reply: &[i64]) -> Option<RateCounts> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::ratelimit::{admit, settle_on, Headers, WINDOW_MS};
 
@@ -169,9 +195,9 @@ mod tests {
             };
             let [r, t, min, max] = admit_args(rpm, tpm, ask);
             let mut inv = admission.prepare_invoke();
-            inv.arg(now).key(&key).arg("r").arg(r).arg(t).arg(min).arg(max);
-            let replies: Vec<Vec<i64>> = inv.invoke_async(&mut conn).await.unwrap();
-            let reply = &replies[0];
+            inv.arg(now).arg("q").key(&key).arg("r").arg(r).arg(t).arg(min).arg(max);
+            let replies: Vec<Vec<Vec<i64>>> = inv.invoke_async(&mut conn).await.unwrap();
+            let reply = &replies[0][0];
             let c = counts(reply).unwrap();
             let mut h: Headers = Vec::new();
             let mut before = local;

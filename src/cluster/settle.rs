@@ -67,6 +67,8 @@ while a <= #ARGV do
     return redis.error_reply('unknown settlement ' .. tostring(op))
   end
 end
+rate_flush()
+budget_settle_flush()
 return k - 1
 "#;
 
