@@ -17,8 +17,8 @@ use crate::ratelimit::{Pair, State, TokenAsk};
 /// (`rate_flush`), however many requests of the call touch it: the requests of a call are
 /// decided one after another on the state in Lua, which is what the same `redis.call`s one
 /// request at a time would give (the script is atomic), for two commands per key instead of two
-/// per request. Why: flat out with every check on, Redis's time went to the scripts'
-/// `redis.call`s (each ~2 µs of conversion around a command of under 0.6 µs), not to Lua.
+/// per request. Why: a `redis.call` costs ~2 µs of conversion around its command (measured: five
+/// `HMGET`s in a script 16 µs, the empty script 5.6 µs), more than the command itself.
 pub(super) const ROLL_FN: &str = r#"
 local function roll(key, now)
   local v = redis.call('HMGET', key, 's', 'rp', 'rc', 'tp', 'tc')
