@@ -198,7 +198,8 @@ fn scripts_cluster_starts_a_cluster_and_ctrl_c_stops_it() {
         .find(|b| [5, 10, 11, 12, 20, 21, 22].iter().all(|o| free(b + o)))
         .expect("a free port range below 30000");
     let front_port = base + 5;
-    let mut script = Command::new("bash")
+    let mut command = Command::new("bash");
+    command
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster"))
         .arg("2")
         .env("TOLLGATE_BIN", support::bin())
@@ -206,9 +207,21 @@ fn scripts_cluster_starts_a_cluster_and_ctrl_c_stops_it() {
         .env("TOLLGATE_CLUSTER_BASE_PORT", base.to_string())
         .env_remove("TOLLGATE_DATABASE_URL")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    // The script stops on Ctrl-C by trapping SIGINT, and bash cannot trap a signal that was
+    // ignored when it started: a test run started in the background without job control
+    // (`cmd &` in a script) inherits SIGINT ignored, and the script then never stopped. Start it
+    // with SIGINT's default disposition, as a terminal gives it.
+    // SAFETY: the closure runs in the child between fork and exec and only calls `signal`,
+    // which is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut script = command.spawn().unwrap();
     let out = script.stdout.take().unwrap();
     let mut script = Interrupt(script);
     let mut printed = String::new();
