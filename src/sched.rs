@@ -22,6 +22,37 @@ pub fn mark_batch_thread() {
     }
 }
 
+/// The calling thread's id, for [`set_idle`] from another thread (0 off Linux).
+pub fn thread_id() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::gettid() }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// Makes thread `tid` (0: the calling thread) idle work (`SCHED_IDLE`: it runs only on a core
+/// nothing else wants, and any other thread that wakes takes the core from it at once), or,
+/// with `idle` false, batch work again ([`mark_batch_thread`]). Best effort, as there.
+pub fn set_idle(tid: i32, idle: bool) {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_BATCH };
+        // SAFETY: plain syscall on one thread of this process with a valid parameter block.
+        let rc = unsafe { libc::sched_setscheduler(tid, policy, &param) };
+        if rc != 0 {
+            log::debug!("scheduling policy {policy} refused: {}", std::io::Error::last_os_error());
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (tid, idle);
+}
+
 /// Whether the calling thread runs as batch work (always `false` off Linux).
 pub fn is_batch_thread() -> bool {
     #[cfg(target_os = "linux")]
@@ -51,5 +82,26 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(is_batch_thread(), before, "only the marked thread changed");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn another_thread_can_make_a_thread_idle_work_and_batch_work_again() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(thread_id()).unwrap();
+            done_rx.recv().unwrap();
+            is_batch_thread()
+        });
+        let tid = rx.recv().unwrap();
+        // SAFETY: reads one thread's policy.
+        let policy = || unsafe { libc::sched_getscheduler(tid) };
+        set_idle(tid, true);
+        assert_eq!(policy(), libc::SCHED_IDLE);
+        set_idle(tid, false);
+        assert_eq!(policy(), libc::SCHED_BATCH);
+        done_tx.send(()).unwrap();
+        assert!(t.join().unwrap());
     }
 }

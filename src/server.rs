@@ -71,8 +71,12 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     rt.block_on(crate::compliance::pack_sets::record(&store, crate::store::packs::BASELINE_TENANT, baseline))?;
     let commit_timeout = std::time::Duration::from_millis(cfg.receipts.commit_timeout_ms.max(1));
     let checkpoint_every = std::time::Duration::from_millis(cfg.receipts.wal_checkpoint_ms);
-    let (receipts, writer) =
-        crate::receipts::writer::channel(store.clone(), signer.clone(), commit_timeout, checkpoint_every)?;
+    let journal = cfg.receipts.journal.then(|| std::time::Duration::from_millis(cfg.receipts.journal_apply_ms.max(1)));
+    if journal.is_some() && store.sqlite_file().is_none() {
+        log::warn!("receipts.journal applies to SQLite only; on PostgreSQL every batch commits to the database");
+    }
+    let options = crate::receipts::writer::Options { commit_timeout, checkpoint_every, journal };
+    let (receipts, writer) = crate::receipts::writer::channel_with(store.clone(), signer.clone(), options)?;
     let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let cluster = crate::cluster::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
         .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;

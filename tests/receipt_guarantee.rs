@@ -46,10 +46,27 @@ fn upstream_result(receipt: &Value) -> String {
     up["result"].as_str().unwrap().to_string()
 }
 
+/// The receipt journal on (SQLite; the default): receipts are committed to an append-only file
+/// and reach the database later; every read waits for them.
+const JOURNAL: &[(&str, &str)] = &[("TOLLGATE_RECEIPTS_JOURNAL", "1")];
+/// The journal off: every batch commits to the database itself.
+const NO_JOURNAL: &[(&str, &str)] = &[("TOLLGATE_RECEIPTS_JOURNAL", "0")];
+
 #[test]
 fn every_kind_of_answer_has_its_receipt_the_moment_it_ends() {
     for b in backends() {
-        let (g, up) = support::with_standin(&b, &[]);
+        every_kind_of_answer(&b, NO_JOURNAL);
+    }
+}
+
+#[test]
+fn with_the_journal_every_kind_of_answer_has_its_receipt_the_moment_it_ends() {
+    every_kind_of_answer(&Backend::Sqlite, JOURNAL);
+}
+
+fn every_kind_of_answer(b: &Backend, env: &[(&str, &str)]) {
+    {
+        let (g, up) = support::with_standin(b, env);
         let yaml = "rules:\n  - {id: no-big, match: {model: [\"gpt-4o\"]}, action: deny, reason: needs approval}\n\
                     cache: {mode: exact, ttlSeconds: 600}\n";
         let r =
@@ -186,7 +203,18 @@ fn assert_receipts_survived(g: &Gateway, answered: &[String], what: &str) -> u64
 #[test]
 fn sigterm_lets_in_flight_requests_finish_and_every_answer_keeps_its_receipt() {
     for b in backends() {
-        let (mut g, up): (Gateway, Standin) = support::with_standin(&b, &[]);
+        sigterm_mid_burst(&b, NO_JOURNAL);
+    }
+}
+
+#[test]
+fn with_the_journal_sigterm_lets_in_flight_requests_finish_and_every_answer_keeps_its_receipt() {
+    sigterm_mid_burst(&Backend::Sqlite, JOURNAL);
+}
+
+fn sigterm_mid_burst(b: &Backend, env: &[(&str, &str)]) {
+    {
+        let (mut g, up): (Gateway, Standin) = support::with_standin(b, env);
         let stop = Arc::new(AtomicBool::new(false));
         // 40 requests, 24 at a time, each upstream call taking a second.
         let (answered, handles) = burst(&g, "gpt-slow", 40, 24, stop.clone());
@@ -207,7 +235,32 @@ fn sigterm_lets_in_flight_requests_finish_and_every_answer_keeps_its_receipt() {
 #[test]
 fn sigkill_mid_burst_loses_no_receipt_of_an_answered_request() {
     for b in backends() {
-        let (mut g, _up) = support::with_standin(&b, &[]);
+        sigkill_mid_burst(&b, NO_JOURNAL);
+    }
+}
+
+/// The kill leaves journaled receipts the database does not have yet (here all of them: the
+/// applier's period is longer than the test, and nothing reads receipts during the burst): the
+/// next start writes them before it serves.
+#[test]
+fn with_the_journal_sigkill_mid_burst_loses_no_receipt_of_an_answered_request() {
+    let env = [JOURNAL[0], ("TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", "3600000")];
+    let g = sigkill_mid_burst(&Backend::Sqlite, &env);
+    let logs = g.logs();
+    let replayed = logs
+        .lines()
+        .find_map(|l| {
+            l.split("receipt journal: ")
+                .nth(1)?
+                .strip_suffix(" receipts written to the database at start (left by the last run)")
+        })
+        .unwrap_or_else(|| panic!("the restart replayed nothing: {logs}"));
+    assert!(replayed.parse::<u64>().unwrap() >= 300, "{replayed}");
+}
+
+fn sigkill_mid_burst(b: &Backend, env: &[(&str, &str)]) -> Gateway {
+    {
+        let (mut g, _up) = support::with_standin(b, env);
         let stop = Arc::new(AtomicBool::new(false));
         let (answered, handles) = burst(&g, "gpt-4o-mini", usize::MAX, 8, stop.clone());
         wait_until("300 answers", || answered.lock().unwrap().len() >= 300);
@@ -220,13 +273,17 @@ fn sigkill_mid_burst_loses_no_receipt_of_an_answered_request() {
         // Requests cut off by the kill may have a receipt without an answer, never the reverse.
         assert!(receipts >= answered.len() as u64);
         eprintln!("{b:?}: SIGKILL after {} answers: {receipts} receipts", answered.len());
+        g
     }
 }
 
+/// Without the journal (on SQLite, `receipts.journal: false`; PostgreSQL has none): the commit
+/// is the database's, so answers are withheld at once.
 #[test]
 fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
     for b in backends() {
-        let (g, _up) = support::with_standin(&b, &[("TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", "1500")]);
+        let env = [("TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", "1500"), NO_JOURNAL[0]];
+        let (g, _up) = support::with_standin(&b, &env);
         let before = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
         assert_eq!(before.status, 200);
         let lock = g.hold_write_lock();
@@ -285,4 +342,58 @@ fn the_after_answer_opt_out_still_writes_every_receipt() {
     for id in &ids {
         g.receipt(id);
     }
+}
+
+/// With the journal a receipt is committed once journaled, so a database that cannot take
+/// writes does not stop answers at once: readers are told the database is unavailable (503)
+/// rather than shown a list without the receipt, and once the database has taken nothing for
+/// longer than the commit timeout, answers are withheld as without the journal. When it takes
+/// writes again, every journaled receipt is there, chained and billed.
+#[test]
+fn with_the_journal_a_database_that_cannot_commit_withholds_reads_then_answers_and_loses_nothing() {
+    let env = [("TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", "1500"), JOURNAL[0]];
+    let (g, _up) = support::with_standin(&Backend::Sqlite, &env);
+    let before = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+    assert_eq!(before.status, 200);
+    g.receipt_of(&before);
+    let lock = g.hold_write_lock();
+
+    let journaled = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+    assert_eq!(journaled.status, 200, "committed to the journal: {}", journaled.text());
+    let id = journaled.header("x-tollgate-receipt-id").unwrap().to_string();
+    let r = g.mgmt("GET", &format!("/v1/receipts/{id}"), Some(&g.key), None);
+    assert_eq!(r.status, 503, "not readable yet, and not reported missing: {}", r.text());
+    assert_eq!(r.json()["error"]["type"], "unavailable");
+
+    let mut answered = vec![before.header("x-tollgate-receipt-id").unwrap().to_string(), id];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        if r.status == 503 {
+            assert_eq!(r.json()["error"]["type"], "unavailable");
+            assert!(r.header("x-tollgate-receipt-id").is_none(), "no receipt is promised");
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        answered.push(r.header("x-tollgate-receipt-id").unwrap().to_string());
+        assert!(Instant::now() < deadline, "answers were never withheld while the database took no writes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    drop(lock);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let r = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
+        if r.status == 200 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "never recovered: {}", r.text());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    answered.push(after.header("x-tollgate-receipt-id").unwrap().to_string());
+    let newest = assert_receipts_survived(&g, &answered, "journal, database locked");
+    assert_eq!(newest, answered.len() as u64, "every answer has its receipt, and only those");
+    let spent = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json()["data"][0]["spentUsd"].as_f64().unwrap();
+    let cost = g.receipt_of(&before)["costUsd"].as_f64().unwrap() * answered.len() as f64;
+    assert!((spent - cost).abs() < 1e-9, "spent {spent}, the answers cost {cost}");
 }

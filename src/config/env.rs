@@ -53,6 +53,8 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     flag(var, "TOLLGATE_REDIS_SHARED_CACHE", &mut cfg.cluster.shared_cache)?;
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
+    flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
+    number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
     number(var, "TOLLGATE_WEBHOOK_RETRY_BASE_MS", &mut cfg.webhooks.retry_base_ms)?;
     number(var, "TOLLGATE_WEBHOOK_RETRY_MAX_MS", &mut cfg.webhooks.retry_max_ms)?;
     number(var, "TOLLGATE_WEBHOOK_MAX_ATTEMPTS", &mut cfg.webhooks.max_attempts)?;

@@ -127,11 +127,23 @@ pub struct ReceiptsSection {
     /// SQLite: how often the WAL is checkpointed in the background (0 = never: SQLite's own
     /// automatic checkpoint on other connections only).
     pub wal_checkpoint_ms: u64,
+    /// SQLite: commit receipts to an append-only journal beside the database and write them
+    /// to the database in large batches off the request path (`store::journal`).
+    pub journal: bool,
+    /// With the journal: how often its records are written to the database (readers of receipts
+    /// never wait for the period: they have them written at once).
+    pub journal_apply_ms: u64,
 }
 
 impl Default for ReceiptsSection {
     fn default() -> Self {
-        ReceiptsSection { commit: CommitMode::BeforeAnswer, commit_timeout_ms: 5000, wal_checkpoint_ms: 5 }
+        ReceiptsSection {
+            commit: CommitMode::BeforeAnswer,
+            commit_timeout_ms: 5000,
+            wal_checkpoint_ms: 5,
+            journal: true,
+            journal_apply_ms: 20,
+        }
     }
 }
 

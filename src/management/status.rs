@@ -73,17 +73,28 @@ pub async fn get(app: &App) -> Handled {
 
     let w = &app.receipts.stats;
     let failing = w.failing.load(Ordering::Relaxed);
+    let journal = w.journal.get();
+    let applier_failing = journal.and_then(|j| j.failing_for());
     components.push(component(
         "receipt-writer",
         "core",
-        if failing > 0 { "degraded" } else { "operational" },
+        if failing > 0 || applier_failing.is_some() { "degraded" } else { "operational" },
         true,
         format!(
-            "queue depth {}, lag {} ms, {} written since start{}",
+            "queue depth {}, lag {} ms, {} written since start{}{}",
             w.depth.load(Ordering::Relaxed),
             w.lag_ms.load(Ordering::Relaxed),
             w.written.load(Ordering::Relaxed),
-            if failing > 0 { format!(", {failing} failed attempts on the current batch") } else { String::new() }
+            if failing > 0 { format!(", {failing} failed attempts on the current batch") } else { String::new() },
+            match (journal, applier_failing) {
+                (Some(j), Some(f)) => format!(
+                    "; journal: {} receipts waiting, the database has taken none for {} ms",
+                    j.pending(),
+                    f.as_millis()
+                ),
+                (Some(j), None) => format!("; journal: {} receipts waiting for the database", j.pending()),
+                (None, _) => String::new(),
+            }
         ),
     ));
 

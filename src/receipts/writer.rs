@@ -16,6 +16,12 @@
 //! never cleanly. Drafts nobody waits for (`receipts.commit: after_answer`) are retried until they
 //! land, as their answers have already gone.
 //!
+//! On SQLite the commit is, by default, a `write` to the receipt journal (`store::journal`,
+//! `receipts.journal`): the batch is sealed after chain heads kept in memory and appended to a
+//! file, and a thread of its own writes the journal to the database in large transactions;
+//! every read of receipts waits for it. With `receipts.journal: false` each batch commits to
+//! the database itself, as PostgreSQL's always do.
+//!
 //! On SQLite, a request alone in flight (nothing queued, the writer's connection free) commits
 //! its receipt itself on its own thread, with the writer's connection, instead of
 //! handing it over: the leader of a group of one, as in a database's group commit. One client at
@@ -48,6 +54,8 @@ pub struct WriterStats {
     pub failing: AtomicI64,
     /// Receipts given up since start (their clients got no clean answer).
     pub given_up: AtomicU64,
+    /// With the receipt journal: how far its records are in the database.
+    pub journal: std::sync::OnceLock<Arc<store::journal::Progress>>,
 }
 
 impl WriterStats {
@@ -89,10 +97,46 @@ pub struct ReceiptQueue {
     appender: Option<Arc<Appender>>,
 }
 
-/// The SQLite connection the receipts are appended on: the writer thread's, lent to a request
+/// Where the SQLite writer commits: the database itself, or the receipt journal
+/// (`receipts.journal`, see `store::journal`).
+enum Sink {
+    Database(store::receipts::SqliteAppender),
+    Journal(store::journal::JournalWriter),
+}
+
+impl Sink {
+    fn append(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
+        match self {
+            Sink::Database(c) => c.append(drafts, signer),
+            Sink::Journal(j) => j.append(drafts, signer),
+        }
+    }
+
+    /// Like [`Sink::append`], but fails at once where the database's write lock is held
+    /// elsewhere (the journal takes no database lock).
+    fn append_unless_busy(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
+        match self {
+            Sink::Database(c) => c.append_unless_busy(drafts, signer),
+            Sink::Journal(j) => j.append(drafts, signer),
+        }
+    }
+
+    /// The database's sink finishes a checkpoint the checkpointer asked for; the journal's
+    /// applier checkpoints by itself.
+    fn finish_checkpoint(&self) -> Result<(), store::StoreError> {
+        match self {
+            Sink::Database(c) => c.finish_checkpoint().map(drop),
+            Sink::Journal(_) => Ok(()),
+        }
+    }
+}
+
+/// The SQLite sink the receipts are committed to: the writer thread's, lent to a request
 /// alone in flight.
 struct Appender {
-    conn: Mutex<store::receipts::SqliteAppender>,
+    /// This process's claim on the database (`store::journal::claim`), held for its life.
+    _claim: std::fs::File,
+    conn: Mutex<Sink>,
     signer: Arc<Signer>,
     /// Set by the background checkpointer when the writer should finish a checkpoint before its
     /// next batch (see [`checkpoints`]).
@@ -182,6 +226,9 @@ pub struct ReceiptWriter {
     /// SQLite: the background checkpoint's period (zero: none).
     checkpoint_every: Duration,
     appender: Option<Arc<Appender>>,
+    /// With the receipt journal: the thread-to-be that writes its records to the database.
+    /// (In a mutex only to keep the writer `Sync` for its PostgreSQL task: taken once.)
+    applier: Mutex<Option<store::journal::Applier>>,
 }
 
 /// The request path's queue and the writer behind it (not started: [`ReceiptWriter::spawn`]).
@@ -192,12 +239,48 @@ pub fn channel(
     commit_timeout: Duration,
     checkpoint_every: Duration,
 ) -> Result<(ReceiptQueue, ReceiptWriter), store::StoreError> {
+    channel_with(store, signer, Options { commit_timeout, checkpoint_every, journal: None })
+}
+
+/// How the writer commits.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// `receipts.commit_timeout_ms`.
+    pub commit_timeout: Duration,
+    /// SQLite: the background checkpoint's period (zero: none); not used with the journal.
+    pub checkpoint_every: Duration,
+    /// SQLite: commit to the receipt journal, applied to the database at this period
+    /// (`receipts.journal`, `receipts.journal_apply_ms`).
+    pub journal: Option<Duration>,
+}
+
+/// [`channel`] with every option. On SQLite it first writes what a previous run's journal holds
+/// and the database does not (`store::journal::replay`), whether or not this run journals.
+pub fn channel_with(
+    store: Store,
+    signer: Arc<Signer>,
+    o: Options,
+) -> Result<(ReceiptQueue, ReceiptWriter), store::StoreError> {
+    let (commit_timeout, checkpoint_every) = (o.commit_timeout, o.checkpoint_every);
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let stats = Arc::new(WriterStats::default());
+    let mut applier = None;
     let appender = match store.sqlite_file() {
         Some(file) => {
-            let conn = store::receipts::SqliteAppender::open(file, commit_timeout)?;
+            let claim = store::journal::claim(file, o.journal.is_some())?;
+            store::journal::replay(file, commit_timeout)?;
+            let conn = match o.journal {
+                Some(every) => {
+                    let (writer, app, progress) = store::journal::open(file, commit_timeout, every)?;
+                    store.use_journal(progress.clone());
+                    let _ = stats.journal.set(progress);
+                    applier = Some(app);
+                    Sink::Journal(writer)
+                }
+                None => Sink::Database(store::receipts::SqliteAppender::open(file, commit_timeout)?),
+            };
             Some(Arc::new(Appender {
+                _claim: claim,
                 conn: Mutex::new(conn),
                 signer: signer.clone(),
                 tail_due: AtomicBool::new(false),
@@ -206,7 +289,16 @@ pub fn channel(
         None => None,
     };
     let queue = ReceiptQueue { tx, stats: stats.clone(), appender: appender.clone() };
-    let writer = ReceiptWriter { rx, store, signer, stats, commit_timeout, checkpoint_every, appender };
+    let writer = ReceiptWriter {
+        rx,
+        store,
+        signer,
+        stats,
+        commit_timeout,
+        checkpoint_every,
+        appender,
+        applier: Mutex::new(applier),
+    };
     Ok((queue, writer))
 }
 
@@ -222,7 +314,7 @@ impl ReceiptWriter {
     /// of its own with its own connection (the whole append runs there, statement after
     /// statement), plus a thread that checkpoints the WAL in the background; on PostgreSQL a
     /// task on the database runtime.
-    pub fn spawn(self) -> std::io::Result<()> {
+    pub fn spawn(mut self) -> std::io::Result<()> {
         let (Some(file), Some(appender)) =
             (self.store.sqlite_file().map(std::path::Path::to_path_buf), self.appender.clone())
         else {
@@ -231,7 +323,13 @@ impl ReceiptWriter {
         };
         let every = self.checkpoint_every;
         let shared = appender.clone();
+        let applier = self.applier.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         std::thread::Builder::new().name("tollgate-receipts".into()).spawn(move || self.run_sqlite(&shared))?;
+        if let Some(applier) = applier {
+            // The applier checkpoints between its own transactions: no checkpointer thread.
+            std::thread::Builder::new().name("tollgate-journal".into()).spawn(move || applier.run())?;
+            return Ok(());
+        }
         if !every.is_zero() {
             std::thread::Builder::new()
                 .name("tollgate-checkpoint".into())
@@ -431,12 +529,14 @@ fn checkpoints(file: &std::path::Path, every: Duration, tail_due: &AtomicBool) {
     }
 }
 
-/// Waits until no gateway request is in flight and every queued receipt is written or given up,
-/// checking every few ms; false when `limit` passed first.
+/// Waits until no gateway request is in flight and every queued receipt is written or given up
+/// (and, with the journal, in the database), checking every few ms; false when `limit` passed
+/// first.
 pub async fn drained(stats: &WriterStats, limit: Duration) -> bool {
     let until = Instant::now() + limit;
     loop {
-        if stats.in_flight.load(Ordering::Relaxed) <= 0 && stats.depth.load(Ordering::Relaxed) <= 0 {
+        let applied = stats.journal.get().is_none_or(|p| p.caught_up());
+        if stats.in_flight.load(Ordering::Relaxed) <= 0 && stats.depth.load(Ordering::Relaxed) <= 0 && applied {
             return true;
         }
         if Instant::now() >= until {

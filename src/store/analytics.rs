@@ -28,6 +28,7 @@ pub async fn guardrail_events(
     before: Option<String>,
     limit: i64,
 ) -> Result<Vec<GuardrailEvent>, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
@@ -80,6 +81,7 @@ pub async fn cache_stats(
     from_ts: Option<String>,
     to_ts: Option<String>,
 ) -> Result<Vec<CacheModelStats>, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {

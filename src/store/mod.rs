@@ -14,6 +14,7 @@
 pub mod analytics;
 pub mod budget_requests;
 pub mod budgets;
+pub mod journal;
 pub mod keys;
 pub mod members;
 pub mod notices;
@@ -64,6 +65,8 @@ pub struct Store {
     chain: ChainPool,
     /// The SQLite database file (None on PostgreSQL), for the receipt writer's own connection.
     sqlite_file: Option<std::path::PathBuf>,
+    /// With the receipt journal on: how far its records are in the database (readers wait).
+    journal: std::sync::Arc<OnceLock<std::sync::Arc<journal::Progress>>>,
 }
 
 /// The native pool the receipt writer appends through (one connection on SQLite, where there
@@ -198,7 +201,7 @@ impl Store {
                 ChainPool::Postgres(pool)
             }
         };
-        Ok(Store { pool, backend, chain, sqlite_file })
+        Ok(Store { pool, backend, chain, sqlite_file, journal: Default::default() })
     }
 
     /// Closes every pooled connection (waits for those in use to come back): for tests that
@@ -219,6 +222,22 @@ impl Store {
     /// The SQLite database file (None on PostgreSQL).
     pub fn sqlite_file(&self) -> Option<&std::path::Path> {
         self.sqlite_file.as_deref()
+    }
+
+    /// Makes every read of receipts, guardrail events and spend wait for the receipt journal
+    /// ([`Store::settled`]).
+    pub fn use_journal(&self, progress: std::sync::Arc<journal::Progress>) {
+        let _ = self.journal.set(progress);
+    }
+
+    /// Returns once every receipt committed before the call is in the database: at once without
+    /// the receipt journal; with it, after the journal's applier has written them (`journal`).
+    /// Every read of receipts, guardrail events or spend starts with it.
+    pub async fn settled(&self) -> Result<(), StoreError> {
+        match self.journal.get() {
+            Some(p) => p.settled().await,
+            None => Ok(()),
+        }
     }
 
     /// The receipt writer's pool (see [`ChainPool`]).

@@ -11,6 +11,7 @@ pub async fn seq_bounds_by_ts(
     from_ts: &str,
     to_ts: &str,
 ) -> Result<Option<(u64, u64)>, StoreError> {
+    store.settled().await?;
     let (t, f, to) = (tenant_id.to_string(), from_ts.to_string(), to_ts.to_string());
     store
         .run(move |pool, _| async move {
@@ -31,6 +32,7 @@ pub async fn seq_bounds_by_ts(
 
 /// The highest `seq` with `ts < before` (0 when there is none): where an empty period sits.
 pub async fn last_seq_before(store: &Store, tenant_id: &str, before_ts: &str) -> Result<u64, StoreError> {
+    store.settled().await?;
     let (t, b) = (tenant_id.to_string(), before_ts.to_string());
     store
         .run(move |pool, _| async move {
@@ -46,6 +48,7 @@ pub async fn last_seq_before(store: &Store, tenant_id: &str, before_ts: &str) ->
 
 /// The stored `ts` of one seq, if that receipt exists.
 pub async fn ts_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+    store.settled().await?;
     super::receipts::text_at(store, tenant_id, seq, "ts").await
 }
 
@@ -58,6 +61,7 @@ pub async fn leaves(
     to: u64,
     limit: i64,
 ) -> Result<Vec<(u64, String)>, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {

@@ -105,12 +105,72 @@ enum Field {
     Text,
 }
 
-/// A column value as bound.
-enum Value {
+/// A column value as bound. In the receipt journal a value is its JSON number or string (an
+/// integer reads back as `Int`, a number with a fraction or exponent as `Real`: serde_json writes
+/// every `f64` with one, and reads it back exactly).
+#[derive(Debug, Clone)]
+pub(super) enum Value {
     Int(i64),
     Real(f64),
     Text(Arc<str>),
     Static(&'static str),
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Real(a), Value::Real(b)) => a.to_bits() == b.to_bits(),
+            (Value::Text(_) | Value::Static(_), Value::Text(_) | Value::Static(_)) => self.as_text() == other.as_text(),
+            _ => false,
+        }
+    }
+}
+
+impl Value {
+    fn as_text(&self) -> Option<&str> {
+        match self {
+            Value::Text(t) => Some(t),
+            Value::Static(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Int(v) => s.serialize_i64(*v),
+            Value::Real(v) => s.serialize_f64(*v),
+            Value::Text(v) => s.serialize_str(v),
+            Value::Static(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Value {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Value;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+                Ok(Value::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+                i64::try_from(v).map(Value::Int).map_err(|_| E::custom("integer out of range"))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+                Ok(Value::Real(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+                Ok(Value::Text(v.into()))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 /// Column names joined with `, `: those whose [`Read`] `keep` accepts, in table order.
@@ -421,85 +481,211 @@ impl SqliteAppender {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
         let mut heads = Vec::new();
         for tenant in batch.tenants() {
-            let id: &str = &tenant[0].tenant_id;
             tx.prepare_cached("INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES (?1, 0, ?2) ON CONFLICT (tenant_id) DO NOTHING")
-                .and_then(|mut st| st.execute(rusqlite::params![id, GENESIS]))
+                .and_then(|mut st| st.execute(rusqlite::params![&*tenant[0].tenant_id, GENESIS]))
                 .map_err(sqlite_err)?;
-            let head = tx
-                .prepare_cached("SELECT seq, this_hash FROM chain_heads WHERE tenant_id = ?1")
-                .and_then(|mut st| {
-                    st.query_row([id], |r| {
-                        Ok(Head { seq: r.get::<_, i64>(0)?.max(0) as u64, hash: r.get::<_, String>(1)?.into() })
-                    })
-                })
-                .map_err(sqlite_err)?;
-            heads.push(head);
+            heads.push(sqlite_head(&tx, &tenant[0].tenant_id)?.unwrap_or_else(Head::genesis));
         }
-        let sealed = batch.seal(heads, signer);
-        let mut binder = Binder::new(&signer.key_id);
-        for chunk in statement_chunks(sealed.rows()) {
-            let sql = format!(
-                "INSERT INTO receipts ({}) VALUES {}",
-                *INSERT_COLUMNS,
-                values_list(Backend::Sqlite, chunk.len(), RECEIPT_COLUMNS.len())
-            );
-            let mut values = Vec::with_capacity(chunk.len() * RECEIPT_COLUMNS.len());
-            for row in chunk {
-                values.extend(RECEIPT_COLUMNS.iter().map(|c| (c.value)(&mut binder, row)));
-            }
-            let mut st = tx.prepare_cached(&sql).map_err(sqlite_err)?;
-            st.execute(rusqlite::params_from_iter(values.iter())).map_err(sqlite_err)?;
-        }
-        for d in batch.drafts() {
-            for e in &d.events {
-                let mut st = tx
-                    .prepare_cached(
-                        "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, \
-                         result, category, direction) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'GUARDRAIL', ?7, ?8, ?9)",
-                    )
-                    .map_err(sqlite_err)?;
-                let id = uuid::Uuid::now_v7().to_string();
-                let params = rusqlite::params![
-                    id,
-                    &*d.tenant_id,
-                    d.ts,
-                    d.receipt_id,
-                    &*d.actor,
-                    d.model,
-                    e.result,
-                    e.category,
-                    e.direction
-                ];
-                st.execute(params).map_err(sqlite_err)?;
-            }
-        }
-        let mut spend = super::spend::Deltas::default();
-        for d in batch.drafts().iter().filter(|d| d.cost_usd != 0.0) {
-            spend.add(&d.tenant_id, &d.key_id, crate::budget::TOTAL, d.cost_usd);
-            spend.add(&d.tenant_id, &d.key_id, d.ts.get(..7).unwrap_or_default(), d.cost_usd);
-        }
-        for ((tenant, key, period), cost) in spend.rows() {
-            tx.prepare_cached(
-                "INSERT INTO key_spend (tenant_id, key_id, period, cost_usd) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (tenant_id, key_id, period) DO UPDATE SET cost_usd = key_spend.cost_usd + excluded.cost_usd",
-            )
-            .and_then(|mut st| st.execute(rusqlite::params![tenant, key, period, cost]))
-            .map_err(sqlite_err)?;
-        }
-        for d in batch.drafts() {
-            for ev in &d.outbox {
-                super::webhooks::enqueue_sqlite(&tx, ev).map_err(sqlite_err)?;
-            }
-        }
-        for chain in sealed.chains() {
-            let (seq, hash, tenant) = (chain.head.seq as i64, &*chain.head.hash, &**chain.tenant_id);
-            tx.prepare_cached("UPDATE chain_heads SET seq = ?1, this_hash = ?2 WHERE tenant_id = ?3")
-                .and_then(|mut st| st.execute(rusqlite::params![seq, hash, tenant]))
-                .map_err(sqlite_err)?;
-        }
+        let records = Record::sealed(&batch.seal(heads, signer), &signer.key_id);
+        write_records(&tx, &records)?;
         tx.commit().map_err(sqlite_err)?;
         Ok(drafts.len())
     }
+
+    /// Writes records sealed elsewhere (the receipt journal's) in one `BEGIN IMMEDIATE`
+    /// transaction. The records must continue their tenants' chains (the caller's job: the
+    /// journal seals after the heads it keeps, and replay skips what is already stored).
+    pub fn apply(&mut self, records: &[&Record]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
+        write_records(&tx, records)?;
+        tx.commit().map_err(sqlite_err)
+    }
+
+    /// The stored head of `tenant` (None before its first receipt).
+    pub fn head(&self, tenant: &str) -> Result<Option<Head>, StoreError> {
+        sqlite_head(&self.conn, tenant)
+    }
+}
+
+/// `tenant`'s chain head as `chain_heads` holds it (None: no row yet).
+pub fn sqlite_head(conn: &rusqlite::Connection, tenant: &str) -> Result<Option<Head>, StoreError> {
+    use rusqlite::OptionalExtension;
+    conn.prepare_cached("SELECT seq, this_hash FROM chain_heads WHERE tenant_id = ?1")
+        .and_then(|mut st| {
+            st.query_row([tenant], |r| {
+                Ok(Head { seq: r.get::<_, i64>(0)?.max(0) as u64, hash: r.get::<_, String>(1)?.into() })
+            })
+            .optional()
+        })
+        .map_err(sqlite_err)
+}
+
+/// One sealed receipt as the store writes it: its `receipts` row (values in [`RECEIPT_COLUMNS`]
+/// order), its guardrail events, its webhook events and the key its cost adds to. The receipt
+/// journal holds one per line (`store::journal`), so a record is also what replay writes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    #[serde(rename = "r")]
+    row: Vec<Value>,
+    /// `guardrail_events` rows: the [`EVENT_COLUMNS`] values.
+    #[serde(rename = "e", default, skip_serializing_if = "Vec::is_empty")]
+    events: Vec<Vec<Value>>,
+    /// Webhook outbox rows: [`webhooks::OUTBOX_COLUMNS`](super::webhooks) values.
+    #[serde(rename = "o", default, skip_serializing_if = "Vec::is_empty")]
+    outbox: Vec<Vec<Value>>,
+    /// The virtual key whose spend the receipt's cost adds to.
+    #[serde(rename = "k")]
+    spend_key: Arc<str>,
+}
+
+/// Where [`Record::row`] holds the columns the store reads back from a record.
+const TENANT: usize = 0;
+const SEQ: usize = 1;
+const COST: usize = 10;
+const TS: usize = 13;
+const PREV_HASH: usize = 14;
+const THIS_HASH: usize = 15;
+
+/// The columns of a guardrail event, in the order [`Record::events`] holds them.
+const EVENT_INSERT: &str = "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, \
+                            result, category, direction) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'GUARDRAIL', ?7, ?8, ?9)";
+
+impl Record {
+    /// The records of a sealed batch, in sealing order.
+    pub fn sealed(sealed: &SealedBatch<'_>, key_id: &str) -> Vec<Record> {
+        let mut binder = Binder::new(key_id);
+        sealed
+            .rows()
+            .iter()
+            .map(|row| {
+                let d = row.draft;
+                let events = d
+                    .events
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            Value::Text(uuid::Uuid::now_v7().to_string().into()),
+                            Value::Text(d.tenant_id.clone()),
+                            Value::Text(d.ts.as_str().into()),
+                            Value::Text(d.receipt_id.as_str().into()),
+                            Value::Text(d.actor.clone()),
+                            Value::Text(binder.get(&d.model)),
+                            Value::Static(e.result),
+                            Value::Text(e.category.as_str().into()),
+                            Value::Static(e.direction),
+                        ]
+                    })
+                    .collect();
+                Record {
+                    row: RECEIPT_COLUMNS.iter().map(|c| (c.value)(&mut binder, row)).collect(),
+                    events,
+                    outbox: d.outbox.iter().map(super::webhooks::outbox_values).collect(),
+                    spend_key: d.key_id.clone(),
+                }
+            })
+            .collect()
+    }
+
+    fn text(&self, i: usize) -> &str {
+        match &self.row[i] {
+            Value::Text(t) => t,
+            Value::Static(t) => t,
+            _ => "",
+        }
+    }
+
+    fn int(&self, i: usize) -> i64 {
+        match self.row[i] {
+            Value::Int(v) => v,
+            _ => 0,
+        }
+    }
+
+    pub fn tenant_id(&self) -> &str {
+        self.text(TENANT)
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.int(SEQ).max(0) as u64
+    }
+
+    pub fn prev_hash(&self) -> &str {
+        self.text(PREV_HASH)
+    }
+
+    pub fn this_hash(&self) -> &str {
+        self.text(THIS_HASH)
+    }
+
+    fn cost_usd(&self) -> f64 {
+        match self.row[COST] {
+            Value::Real(v) => v,
+            Value::Int(v) => v as f64,
+            _ => 0.0,
+        }
+    }
+
+    /// Whether the record has the shape the store writes (a journal line could be anything).
+    pub fn well_formed(&self) -> bool {
+        self.row.len() == RECEIPT_COLUMNS.len()
+            && matches!(self.row[SEQ], Value::Int(s) if s > 0)
+            && self.events.iter().all(|e| e.len() == 9)
+            && self.outbox.iter().all(|o| o.len() == super::webhooks::OUTBOX_COLUMNS)
+    }
+}
+
+/// Writes `records` (rows, guardrail events, spend, webhook outbox, each tenant's new head) in
+/// the caller's transaction.
+fn write_records<R: std::borrow::Borrow<Record>>(
+    tx: &rusqlite::Transaction<'_>,
+    records: &[R],
+) -> Result<(), StoreError> {
+    for chunk in statement_chunks(records) {
+        let sql = format!(
+            "INSERT INTO receipts ({}) VALUES {}",
+            *INSERT_COLUMNS,
+            values_list(Backend::Sqlite, chunk.len(), RECEIPT_COLUMNS.len())
+        );
+        let mut st = tx.prepare_cached(&sql).map_err(sqlite_err)?;
+        st.execute(rusqlite::params_from_iter(chunk.iter().flat_map(|r| r.borrow().row.iter()))).map_err(sqlite_err)?;
+    }
+    let mut spend = super::spend::Deltas::default();
+    for r in records.iter().map(std::borrow::Borrow::borrow) {
+        for e in &r.events {
+            let mut st = tx.prepare_cached(EVENT_INSERT).map_err(sqlite_err)?;
+            st.execute(rusqlite::params_from_iter(e.iter())).map_err(sqlite_err)?;
+        }
+        for o in &r.outbox {
+            super::webhooks::enqueue_sqlite_values(tx, o).map_err(sqlite_err)?;
+        }
+        let cost = r.cost_usd();
+        if cost != 0.0 {
+            spend.add(r.tenant_id(), &r.spend_key, crate::budget::TOTAL, cost);
+            spend.add(r.tenant_id(), &r.spend_key, r.text(TS).get(..7).unwrap_or_default(), cost);
+        }
+    }
+    for ((tenant, key, period), cost) in spend.rows() {
+        tx.prepare_cached(
+            "INSERT INTO key_spend (tenant_id, key_id, period, cost_usd) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (tenant_id, key_id, period) DO UPDATE SET cost_usd = key_spend.cost_usd + excluded.cost_usd",
+        )
+        .and_then(|mut st| st.execute(rusqlite::params![tenant, key, period, cost]))
+        .map_err(sqlite_err)?;
+    }
+    // Each tenant's last record is its new head (records of a tenant are in chain order).
+    let mut last: HashMap<&str, &Record> = HashMap::default();
+    for r in records.iter().map(std::borrow::Borrow::borrow) {
+        last.insert(r.tenant_id(), r);
+    }
+    for r in last.into_values() {
+        tx.prepare_cached(
+            "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, this_hash = excluded.this_hash",
+        )
+        .and_then(|mut st| st.execute(rusqlite::params![r.tenant_id(), r.seq() as i64, r.this_hash()]))
+        .map_err(sqlite_err)?;
+    }
+    Ok(())
 }
 
 /// How far a checkpoint got: frames in the WAL, and how many of them are in the database now.
@@ -647,6 +833,7 @@ pub async fn page(
     after: Option<u64>,
     limit: i64,
 ) -> Result<Vec<StoredReceipt>, StoreError> {
+    store.settled().await?;
     let (t, f) = (tenant_id.to_string(), f.clone());
     store
         .run(move |pool, _| async move {
@@ -672,6 +859,7 @@ pub async fn page_with_any_check(
     before: Option<u64>,
     limit: i64,
 ) -> Result<Vec<StoredReceipt>, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     let likes: Vec<Option<String>> = names.iter().map(|n| like_check(&Some(n.clone()))).collect();
     store
@@ -695,6 +883,7 @@ pub async fn page_with_any_check(
 }
 
 pub async fn by_id(store: &Store, tenant_id: &str, receipt_id: &str) -> Result<Option<StoredReceipt>, StoreError> {
+    store.settled().await?;
     let (t, id) = (tenant_id.to_string(), receipt_id.to_string());
     store
         .run(move |pool, _| async move {
@@ -713,6 +902,7 @@ pub async fn seq_range(
     to: u64,
     limit: i64,
 ) -> Result<Vec<StoredReceipt>, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
@@ -761,6 +951,7 @@ pub async fn seq_range_packed(
     to: u64,
     limit: i64,
 ) -> Result<String, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, backend| async move {
@@ -887,6 +1078,7 @@ pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreEr
 
 /// The stored `this_hash` of one seq (the link into a range), if that receipt exists.
 pub async fn hash_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+    store.settled().await?;
     text_at(store, tenant_id, seq, "this_hash").await
 }
 
@@ -897,6 +1089,7 @@ pub(super) async fn text_at(
     seq: u64,
     column: &'static str,
 ) -> Result<Option<String>, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
@@ -908,6 +1101,7 @@ pub(super) async fn text_at(
 }
 
 pub async fn count_all(store: &Store) -> Result<i64, StoreError> {
+    store.settled().await?;
     store
         .run(|pool, _| async move {
             let row = sqlx::query("SELECT COUNT(*) AS n FROM receipts").fetch_one(&pool).await?;
@@ -918,6 +1112,7 @@ pub async fn count_all(store: &Store) -> Result<i64, StoreError> {
 
 /// Every tenant's chain head `(tenant_id, seq)`.
 pub async fn chain_heads(store: &Store) -> Result<Vec<(String, u64)>, StoreError> {
+    store.settled().await?;
     store
         .run(|pool, _| async move {
             let rows =
@@ -932,6 +1127,7 @@ pub async fn chain_heads(store: &Store) -> Result<Vec<(String, u64)>, StoreError
 
 /// The tenant's chain head `seq` (0 before its first receipt).
 pub async fn head_seq(store: &Store, tenant_id: &str) -> Result<u64, StoreError> {
+    store.settled().await?;
     let t = tenant_id.to_string();
     store
         .run(move |pool, _| async move {
@@ -945,6 +1141,7 @@ pub async fn head_seq(store: &Store, tenant_id: &str) -> Result<u64, StoreError>
 /// The `seq` of the `(n+1)`-th receipt matching `f` in ascending order, if there is one
 /// (an export of `n` rows is truncated exactly when it exists).
 pub async fn nth_seq(store: &Store, tenant_id: &str, f: &Filter, n: u64) -> Result<Option<u64>, StoreError> {
+    store.settled().await?;
     let (t, f) = (tenant_id.to_string(), f.clone());
     store
         .run(move |pool, _| async move {
@@ -1021,7 +1218,11 @@ pub(crate) mod tests {
             pack_version: if i.is_multiple_of(2) { "soc2@1".into() } else { String::new() },
             cache: CacheSide { result: "HIT", saved_tokens: i as u64, saved_usd: 0.25 },
             events,
-            outbox: Vec::new(),
+            outbox: if i.is_multiple_of(11) {
+                vec![crate::store::webhooks::Event::new(tenant, "guardrail.blocked", serde_json::json!({ "i": i }))]
+            } else {
+                Vec::new()
+            },
             key_id: "key-1".into(),
         }
     }
@@ -1030,17 +1231,40 @@ pub(crate) mod tests {
     /// appended in two batches reads back equal to what sealing the drafts gives, both ways.
     #[test]
     fn appended_receipts_read_back_as_sealed_through_rows_and_packed_pages() {
-        appended_receipts_read_back_as_sealed(false);
+        appended_receipts_read_back_as_sealed(Via::Reference);
     }
 
     /// The receipt writer's own SQLite path ([`SqliteAppender`]) against the sqlx reference
     /// ([`append_batch`]): the same batches read back the same in every respect.
     #[test]
     fn the_sqlite_appender_writes_what_the_reference_append_writes() {
-        appended_receipts_read_back_as_sealed(true);
+        appended_receipts_read_back_as_sealed(Via::Native);
     }
 
-    fn appended_receipts_read_back_as_sealed(native: bool) {
+    /// The receipt journal (`store::journal`), its applier running and the reads waiting for
+    /// it: the same rows, events, spend and heads as the reference.
+    #[test]
+    fn the_journal_and_its_applier_write_what_the_reference_append_writes() {
+        appended_receipts_read_back_as_sealed(Via::Journal);
+    }
+
+    /// The journal with no applier (a process killed before it ran), a line cut short at its
+    /// end, and the next start's replay: the same as the reference, and a second replay adds
+    /// nothing.
+    #[test]
+    fn a_journal_left_behind_is_replayed_at_start_as_the_reference_append_writes() {
+        appended_receipts_read_back_as_sealed(Via::Replayed);
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Via {
+        Reference,
+        Native,
+        Journal,
+        Replayed,
+    }
+
+    fn appended_receipts_read_back_as_sealed(via: Via) {
         let dir = std::env::temp_dir().join(format!("tollgate-receipts-{}", uuid::Uuid::new_v4().simple()));
         let url = format!("sqlite://{}", dir.join("r.db").display());
         super::super::db_runtime().block_on(async {
@@ -1051,14 +1275,44 @@ pub(crate) mod tests {
             let first: Vec<Draft> = (0..5).map(|i| draft(tenant(i), i)).collect();
             // Over 128 rows of one tenant: several INSERT statements.
             let second: Vec<Draft> = (5..300).map(|i| draft(tenant(i), i)).collect();
-            if native {
-                let file = store.sqlite_file().unwrap();
-                let mut appender = SqliteAppender::open(file, std::time::Duration::from_secs(5)).unwrap();
-                assert_eq!(appender.append(&first, &signer).unwrap(), 5);
-                assert_eq!(appender.append(&second, &signer).unwrap(), 295);
-            } else {
-                assert_eq!(append_batch(&store, first.clone(), signer.clone()).await.unwrap(), 5);
-                assert_eq!(append_batch(&store, second.clone(), signer.clone()).await.unwrap(), 295);
+            let file = store.sqlite_file().unwrap().to_path_buf();
+            let five = std::time::Duration::from_secs(5);
+            match via {
+                Via::Native => {
+                    let mut appender = SqliteAppender::open(&file, five).unwrap();
+                    assert_eq!(appender.append(&first, &signer).unwrap(), 5);
+                    assert_eq!(appender.append(&second, &signer).unwrap(), 295);
+                }
+                Via::Reference => {
+                    assert_eq!(append_batch(&store, first.clone(), signer.clone()).await.unwrap(), 5);
+                    assert_eq!(append_batch(&store, second.clone(), signer.clone()).await.unwrap(), 295);
+                }
+                Via::Journal => {
+                    // A period far longer than the test: every read has the records written.
+                    let (mut journal, applier, progress) =
+                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600)).unwrap();
+                    store.use_journal(progress);
+                    std::thread::spawn(move || applier.run());
+                    assert_eq!(journal.append(&first, &signer).unwrap(), 5);
+                    assert_eq!(journal.append(&second, &signer).unwrap(), 295);
+                }
+                Via::Replayed => {
+                    let (mut journal, applier, _) =
+                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600)).unwrap();
+                    assert_eq!(journal.append(&first, &signer).unwrap(), 5);
+                    assert_eq!(journal.append(&second, &signer).unwrap(), 295);
+                    drop((journal, applier));
+                    assert_eq!(count_all(&store).await.unwrap(), 0, "nothing applied");
+                    let dir = super::super::journal::dir_of(&file);
+                    let segment = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+                    // A write cut short by the kill: its request had no answer.
+                    let mut f = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+                    std::io::Write::write_all(&mut f, b"{\"r\":[\"tenant-a\",301,").unwrap();
+                    drop(f);
+                    assert_eq!(super::super::journal::replay(&file, five).unwrap(), 300);
+                    assert_eq!(super::super::journal::replay(&file, five).unwrap(), 0, "the segments are gone");
+                    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+                }
             }
 
             // Sealing is deterministic: the two batches give what one batch from genesis gives.

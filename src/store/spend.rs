@@ -75,6 +75,7 @@ where
 
 /// Spend rows of the given periods (e.g. `total` and this month), with each key's team.
 pub async fn current(store: &Store, periods: &[String]) -> Result<Vec<SpendRow>, StoreError> {
+    store.settled().await?;
     let periods = periods.to_vec();
     store
         .run(|pool, _| async move {

@@ -69,17 +69,31 @@ where
     Ok(())
 }
 
-/// [`enqueue`] on the receipt writer's own SQLite connection (rusqlite).
-pub fn enqueue_sqlite(tx: &rusqlite::Transaction<'_>, ev: &Event) -> rusqlite::Result<()> {
-    let sql = FAN_OUT.replace('$', "?");
-    tx.prepare_cached(&sql)?.execute(rusqlite::params![
-        ev.id,
-        ev.tenant_id,
-        ev.kind,
-        ev.payload,
-        ev.created_ms,
-        ev.created_at
-    ])?;
+/// How many values [`outbox_values`] gives an event.
+pub const OUTBOX_COLUMNS: usize = 6;
+
+/// An event's outbox values, in the order of [`FAN_OUT`]'s binds (how the receipt journal holds
+/// the events a receipt caused).
+pub(super) fn outbox_values(ev: &Event) -> Vec<super::receipts::Value> {
+    use super::receipts::Value;
+    vec![
+        Value::Text(ev.id.as_str().into()),
+        Value::Text(ev.tenant_id.as_str().into()),
+        Value::Static(ev.kind),
+        Value::Text(ev.payload.as_str().into()),
+        Value::Int(ev.created_ms),
+        Value::Text(ev.created_at.as_str().into()),
+    ]
+}
+
+/// [`enqueue`] on the receipt writer's own SQLite connection (rusqlite), from
+/// [`outbox_values`].
+pub(super) fn enqueue_sqlite_values(
+    tx: &rusqlite::Transaction<'_>,
+    values: &[super::receipts::Value],
+) -> rusqlite::Result<()> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| FAN_OUT.replace('$', "?"));
+    tx.prepare_cached(&SQL)?.execute(rusqlite::params_from_iter(values.iter()))?;
     Ok(())
 }
 
