@@ -603,3 +603,60 @@ impl Applier {
         log::info!("receipt journal applier stopped");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::receipts::tests::draft;
+
+    fn migrated_db() -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("tollgate-journal-{}", uuid::Uuid::new_v4().simple()));
+        let file = dir.join("r.db");
+        let url = format!("sqlite://{}", file.display());
+        super::super::db_runtime().block_on(async {
+            let store = super::super::Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            store.close().await;
+        });
+        (dir, file)
+    }
+
+    /// With the journal a process holds the database alone; without it processes share it; the
+    /// two kinds never mix; a claim ends with its file.
+    #[test]
+    fn the_journal_claims_the_database_alone_and_the_direct_commit_shares_it() {
+        let (dir, file) = migrated_db();
+        let shared = claim(&file, false).unwrap();
+        let also_shared = claim(&file, false).expect("processes without the journal share the file");
+        let refused = claim(&file, true).unwrap_err().to_string();
+        assert!(refused.contains("another gateway process writes receipts"), "{refused}");
+        drop((shared, also_shared));
+        let alone = claim(&file, true).unwrap();
+        assert!(claim(&file, true).is_err());
+        let refused = claim(&file, false).unwrap_err().to_string();
+        assert!(refused.contains("with the receipt journal"), "{refused}");
+        drop(alone);
+        claim(&file, false).unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A journal whose records do not continue the stored chain (here: sealed after a head the
+    /// database never had) stops the start, names the directory, and writes nothing.
+    #[test]
+    fn replay_refuses_a_journal_that_does_not_continue_the_stored_chain() {
+        let (dir, file) = migrated_db();
+        let signer = Signer::from_seed(&[7u8; 32]);
+        let five = Duration::from_secs(5);
+        let (mut journal, applier, _) = open(&file, five, Duration::from_secs(3600)).unwrap();
+        journal.heads.insert("tenant-a".into(), Head { seq: 41, hash: "ab".repeat(32).into() });
+        journal.append(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer).unwrap();
+        drop((journal, applier));
+        let err = replay(&file, five).unwrap_err().to_string();
+        assert!(err.contains("receipt seq 42 does not continue the stored chain (head seq 0)"), "{err}");
+        assert!(err.contains(&dir_of(&file).display().to_string()), "{err}");
+        let conn = SqliteAppender::open(&file, five).unwrap();
+        assert_eq!(conn.head("tenant-a").unwrap(), None, "nothing written");
+        assert_eq!(segments(&dir_of(&file)).unwrap().len(), 1, "the journal is kept for the operator");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
