@@ -521,7 +521,7 @@ impl JournalWriter {
     }
 
     /// Waits while the database is [`MAX_UNAPPLIED`] records behind (it never is while the
-    /// applier keeps up: it writes ~100 000 receipts a second here).
+    /// applier keeps up: at ~15 000 receipts a second it took 13 % of a core, session 27).
     fn wait_for_room(&self) -> Result<(), StoreError> {
         let deadline = Instant::now() + self.progress.timeout;
         while self.progress.pending() > MAX_UNAPPLIED {
@@ -571,6 +571,9 @@ impl Applier {
         self.handoff.applier.store(crate::sched::thread_id(), Ordering::Relaxed);
         let mut checkpointed = Instant::now();
         let mut backoff = Duration::from_millis(20);
+        // Segments below this one are deleted: the directory is listed only when a newer
+        // segment's records were applied (once every 32 MiB), not every apply.
+        let mut deleted_below = 0;
         while let Some((records, count)) = self.handoff.take() {
             let all: Vec<&Record> = records.iter().flat_map(|(_, r)| r.iter()).collect();
             match self.conn.apply(&all) {
@@ -578,7 +581,11 @@ impl Applier {
                     self.progress.applied.send_modify(|a| *a += count as u64);
                     self.progress.failing_since_ms.store(0, Ordering::Relaxed);
                     backoff = Duration::from_millis(20);
-                    delete_below(&self.dir, records.last().map_or(0, |(s, _)| *s));
+                    let newest = records.last().map_or(0, |(s, _)| *s);
+                    if newest > deleted_below {
+                        delete_below(&self.dir, newest);
+                        deleted_below = newest;
+                    }
                     if checkpointed.elapsed() >= CHECKPOINT_EVERY {
                         checkpointed = Instant::now();
                         if let Err(e) = self.conn.finish_checkpoint() {

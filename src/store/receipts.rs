@@ -527,7 +527,7 @@ pub fn sqlite_head(conn: &rusqlite::Connection, tenant: &str) -> Result<Option<H
 pub struct Record {
     #[serde(rename = "r")]
     row: Vec<Value>,
-    /// `guardrail_events` rows: the [`EVENT_COLUMNS`] values.
+    /// `guardrail_events` rows: the values of [`EVENT_INSERT`]'s binds.
     #[serde(rename = "e", default, skip_serializing_if = "Vec::is_empty")]
     events: Vec<Vec<Value>>,
     /// Webhook outbox rows: [`webhooks::OUTBOX_COLUMNS`](super::webhooks) values.
@@ -538,13 +538,34 @@ pub struct Record {
     spend_key: Arc<str>,
 }
 
+/// The place of column `name` in [`RECEIPT_COLUMNS`] (and in [`Record::row`]), found at compile
+/// time: a name that is not there fails the build.
+const fn column(name: &str) -> usize {
+    let mut i = 0;
+    while i < RECEIPT_COLUMNS.len() {
+        let c = RECEIPT_COLUMNS[i].name.as_bytes();
+        let n = name.as_bytes();
+        if c.len() == n.len() {
+            let mut k = 0;
+            while k < n.len() && c[k] == n[k] {
+                k += 1;
+            }
+            if k == n.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    panic!("not a column of receipts")
+}
+
 /// Where [`Record::row`] holds the columns the store reads back from a record.
-const TENANT: usize = 0;
-const SEQ: usize = 1;
-const COST: usize = 10;
-const TS: usize = 13;
-const PREV_HASH: usize = 14;
-const THIS_HASH: usize = 15;
+const TENANT: usize = column("tenant_id");
+const SEQ: usize = column("seq");
+const COST: usize = column("cost_usd");
+const TS: usize = column("ts");
+const PREV_HASH: usize = column("prev_hash");
+const THIS_HASH: usize = column("this_hash");
 
 /// The columns of a guardrail event, in the order [`Record::events`] holds them.
 const EVENT_INSERT: &str = "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, \
@@ -587,11 +608,7 @@ impl Record {
     }
 
     fn text(&self, i: usize) -> &str {
-        match &self.row[i] {
-            Value::Text(t) => t,
-            Value::Static(t) => t,
-            _ => "",
-        }
+        self.row[i].as_text().unwrap_or_default()
     }
 
     fn int(&self, i: usize) -> i64 {
