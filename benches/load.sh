@@ -382,15 +382,34 @@ run_oha() { # run_oha OUT RATE DURATION URL
     >"$out" 2>"$out.err" || { cat "$out.err" >&2; die "oha failed against $url"; }
 }
 
+# thread_ticks PID -> one line per thread name: "name ticks" (user + system), names with their
+# spaces as underscores; threads of one name (Pingora's workers) are summed.
+thread_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s\n' "$(tr ' ' '_' <"$t/comm")" "$(sed 's/^.*) //' "$t/stat" 2>/dev/null | awk '{ print $12 + $13 }')"
+  done 2>/dev/null | awk '$2 != "" { a[$1] += $2 } END { for (k in a) print k, a[k] }' | sort
+}
+# by_thread BEFORE AFTER REQUESTS -> "name us, name us ..." CPU per request of each thread name
+# that used at least 0.5 us a request, largest first
+by_thread() {
+  join <(echo "$1") <(echo "$2") | awk -v n="$3" -v hz="$(getconf CLK_TCK)" '
+    n > 0 { us = ($3 - $2) * 1e6 / hz / n; if (us >= 0.5) printf "%.1f %s\n", us, $1 }' |
+    sort -rg | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 } END { print "" }'
+}
+
 # measure TARGET CMD...: runs CMD (a measured run) and sets CPU_TICKS (the target's server
-# process during it) and OTHER (% of the machine's CPU used by processes we did not start).
+# process during it), OTHER (% of the machine's CPU used by processes we did not start) and
+# THREADS0/THREADS1 (its threads' ticks before and after, for `by_thread`).
 measure() {
   local srv=${PID_OF[$(server_of "$1")]} before after srv0
   shift
   before="$(cpu_ticks) $(our_ticks)"
   srv0=$(proc_ticks "$srv")
+  THREADS0=$(thread_ticks "$srv")
   "$@"
   CPU_TICKS=$(($(proc_ticks "$srv") - srv0))
+  THREADS1=$(thread_ticks "$srv")
   after="$(cpu_ticks) $(our_ticks)"
   OTHER=$(other_cpu "$before" "$after")
 }
@@ -425,6 +444,7 @@ for r in $(seq "$ROUNDS"); do
       echo "$t $line $OTHER $r $cpu" >>"$WORK/raw"
       printf '  round %d  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  p99.9 %8s ms  %7s us CPU/req  (%s requests, %s non-2xx, %s socket errors, other CPU %s%%)\n' \
         "$r" "$t" "$rps" "$p50" "$p99" "$p999" "$cpu" "$n" "$non2xx" "$err" "$OTHER"
+      printf '           %-9s CPU us/req by thread: %s\n' "$t" "$(by_thread "$THREADS0" "$THREADS1" "$n")"
     done
   fi
   # Each rate runs every target back to back, so their difference is measured minutes apart at most.

@@ -11,5 +11,8 @@ fn main() -> ExitCode {
     tollgate::allocator::configure();
     let filter = std::env::var("TOLLGATE_LOG").unwrap_or_else(|_| "info".to_string());
     env_logger::Builder::new().parse_filters(&filter).format_timestamp_millis().init();
+    if !tollgate::allocator::sqlite_on_mimalloc() {
+        log::warn!("SQLite keeps the C library's allocator (it was initialised before the gateway could set it)");
+    }
     tollgate::cli::run(tollgate::cli::Cli::parse())
 }
