@@ -14,15 +14,12 @@ use super::canonical;
 use crate::store::{now_ts, Store, StoreError};
 
 pub struct Signer {
+    /// Signs through AWS-LC's `ED25519_sign` ([`Signer::sign`]). Ed25519 signatures are
+    /// deterministic (RFC 8032), so both give the same bytes (a unit test holds them equal);
+    /// AWS-LC's assembly base-point multiplication signs in well under half of dalek's time on
+    /// x86-64, and signing is the receipt writer's largest cost. dalek keeps verification (batch
+    /// verification for walks).
     key: SigningKey,
-    /// The same key as AWS-LC's `ED25519_sign` takes it (seed, then public key), which signs.
-    /// Ed25519 signatures are deterministic (RFC 8032), so both give the same bytes (a unit test
-    /// holds them equal); AWS-LC's assembly base-point multiplication signs in well under half
-    /// of dalek's time on x86-64, and signing is the receipt writer's largest cost. dalek keeps
-    /// verification (batch verification for walks). Called directly rather than through
-    /// aws-lc-rs's `Ed25519KeyPair::sign`, whose EVP context is allocated and freed per call
-    /// (~1 µs a receipt on session 28's VM, ~4 % of the writer thread).
-    fast: Zeroizing<[u8; 64]>,
     pub key_id: String,
     pub public_b64: String,
 }
@@ -43,10 +40,7 @@ impl Signer {
     pub fn from_seed(seed: &[u8; 32]) -> Signer {
         let key = SigningKey::from_bytes(seed);
         let vk = key.verifying_key();
-        let mut fast = Zeroizing::new([0u8; 64]);
-        fast[..32].copy_from_slice(seed);
-        fast[32..].copy_from_slice(vk.as_bytes());
-        Signer { key_id: canonical::key_id(&vk), public_b64: B64.encode(vk.as_bytes()), key, fast }
+        Signer { key_id: canonical::key_id(&vk), public_b64: B64.encode(vk.as_bytes()), key }
     }
 
     /// Reads the key file, or creates it (mode 0600) with a fresh key when it does not exist.
@@ -75,12 +69,16 @@ impl Signer {
 
     /// The raw 64-byte Ed25519 signature of `message`.
     pub fn sign(&self, message: &[u8]) -> [u8; 64] {
+        // AWS-LC's private key form: seed, then public key (a 64-byte copy, wiped after). Called
+        // directly rather than through aws-lc-rs's `Ed25519KeyPair::sign`, whose EVP context is
+        // allocated and freed per call (~1 µs a receipt on session 28's VM, ~4 % of the writer).
+        let private = Zeroizing::new(self.key.to_keypair_bytes());
         let mut out = [0u8; 64];
         // SAFETY: `out` is the 64 bytes ED25519_sign writes, `message` is read for its length,
-        // `fast` is the 64-byte private key (seed || public key) it reads. It fails only on an
-        // allocation failure, which it does not make (no EVP context on this path).
+        // `private` is the 64 bytes it reads. It fails only on an allocation failure, which it
+        // does not make (no EVP context on this path).
         let ok =
-            unsafe { aws_lc_sys::ED25519_sign(out.as_mut_ptr(), message.as_ptr(), message.len(), self.fast.as_ptr()) };
+            unsafe { aws_lc_sys::ED25519_sign(out.as_mut_ptr(), message.as_ptr(), message.len(), private.as_ptr()) };
         assert_eq!(ok, 1, "ED25519_sign failed");
         out
     }
