@@ -95,25 +95,25 @@ pub fn db_runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// The page size of a new SQLite database (an existing one keeps its own). Every answer waits
-/// for its receipt, so commits are small (one receipt with a single client, ~9 flat out on two
-/// cores) and each dirties its pages (table, three indexes, chain head, spend) into the WAL,
-/// which the checkpointer copies and fsyncs. 4 KiB (SQLite's default): ~29 KB of WAL a
-/// single-client receipt, and the fsync bursts stalled a VM's cores (single-client p99 over bare
-/// Pingora +0.89 ms, session 21). 1 KiB: +0.42 ms there, but a receipt row (~520 bytes with its
-/// record header) fills a page on its own, so each receipt is a page of its own in the WAL and
-/// the checkpoint (two `write`s a frame, a `pwrite` a page): flat out on session 24's VM 0.52x
-/// bare Pingora (median of 8 rounds) against 0.60x at 2 KiB (6 rounds) and 0.59x at 4 KiB (4).
-/// 2 KiB holds three rows a page, and a single-client receipt writes about half 4 KiB's WAL.
-pub const NEW_DATABASE_PAGE_SIZE: u32 = 2048;
+/// The page size of a new SQLite database (an existing one keeps its own): 8 KiB. With the
+/// receipt journal (`receipts.journal`, the default) receipts reach the database in the
+/// applier's large transactions (hundreds of receipts every 20 ms, off the request path), where
+/// bigger pages mean fewer WAL frames (two `pwrite`s each) for the same rows. Measured flat out
+/// with every check on (`CHECKS=1 PAGE=... benches/load.sh`, session 29, one VM, same binary):
+/// the applier's CPU per receipt 7.6-8.8 us at 2 KiB, 6.6-7.1 at 4 KiB, 5.5-6.6 at 8 KiB,
+/// 6.0-6.5 at 16 KiB; the single client's added p99 the same at 2 and 8 KiB (+0.13 / +0.17 ms).
+/// The smaller sizes of earlier sessions (1 KiB, then 2 KiB) were chosen when every small batch
+/// committed to SQLite itself, which only `receipts.journal: false` still does
+/// (docs/decisions.md, "Storage").
+pub const NEW_DATABASE_PAGE_SIZE: u32 = 8192;
 /// [`NEW_DATABASE_PAGE_SIZE`] as the statement (sqlx takes only `'static` SQL); a unit test ties
 /// the two.
-const NEW_DATABASE_PAGE_SIZE_PRAGMA: &str = "PRAGMA page_size=2048";
+const NEW_DATABASE_PAGE_SIZE_PRAGMA: &str = "PRAGMA page_size=8192";
 /// Rewrites an existing SQLite database with [`NEW_DATABASE_PAGE_SIZE`] pages, offline (the
 /// gateway stopped): the page size of a WAL database changes only through a rollback-journal
 /// `VACUUM`. Nothing reads SQLite's `rowid`s, which `VACUUM` may renumber. README, "Receipts".
 pub const MOVE_TO_NEW_PAGE_SIZE: &str =
-    "PRAGMA journal_mode=DELETE; PRAGMA page_size=2048; VACUUM; PRAGMA journal_mode=WAL;";
+    "PRAGMA journal_mode=DELETE; PRAGMA page_size=8192; VACUUM; PRAGMA journal_mode=WAL;";
 
 impl Store {
     /// Connects (creating the SQLite file and its directory when needed). Runs on the db runtime.

@@ -1408,11 +1408,11 @@ pub(crate) mod tests {
         })
     }
 
-    /// An existing database keeps its page size (a 1 KiB one from before 2 KiB became the
-    /// default); README's offline step rewrites it with 2 KiB pages, and its chains, heads and
-    /// new appends are as before.
+    /// An existing database keeps its page size (a 1 KiB one from an earlier build); README's
+    /// offline step rewrites it with the new databases' pages, and its chains, heads and new
+    /// appends are as before.
     #[test]
-    fn a_1_kib_database_moved_to_2_kib_pages_offline_keeps_its_chain() {
+    fn a_1_kib_database_moved_to_the_new_page_size_offline_keeps_its_chain() {
         let dir = std::env::temp_dir().join(format!("tollgate-pages-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("r.db");
