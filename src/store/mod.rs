@@ -104,7 +104,7 @@ pub fn db_runtime() -> &'static tokio::runtime::Runtime {
 /// 6.0-6.5 at 16 KiB; the single client's added p99 the same at 2 and 8 KiB (+0.13 / +0.17 ms).
 /// The smaller sizes of earlier sessions (1 KiB, then 2 KiB) were chosen when every small batch
 /// committed to SQLite itself, which only `receipts.journal: false` still does
-/// (docs/decisions.md, "Storage").
+/// (docs/decisions.md, "Receipts").
 pub const NEW_DATABASE_PAGE_SIZE: u32 = 8192;
 /// [`NEW_DATABASE_PAGE_SIZE`] as the statement (sqlx takes only `'static` SQL); a unit test ties
 /// the two.
