@@ -113,6 +113,62 @@ fn rate_limits_are_exact_across_three_instances() {
     assert_eq!(metric, 1.0);
 }
 
+/// A busy key far from its limit: its instances draw on quota Redis granted them (no round
+/// trip a request), yet over three instances and six concurrent clients exactly its limit is
+/// answered, every refusal with its headers, and Redis's window counts exactly the answers once
+/// the grants are given back.
+#[test]
+fn a_busy_key_drawing_on_grants_is_still_exact_across_three_instances() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let Some((mut cluster, _up, (key_id, key))) = three(&env, |g| create_key(g, "rpm-300", json!({"rpmLimit": 300})))
+    else {
+        return;
+    };
+    let all = std::sync::Arc::new(std::mem::take(&mut cluster.nodes));
+    known_everywhere(&all, &key);
+    early_in_a_minute();
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let (all, key) = (all.clone(), key.clone());
+            std::thread::spawn(move || {
+                let (mut ok, mut limited) = (0, 0);
+                for i in 0..80 {
+                    let r = chat(&all[(t + i) % 3], &key, &hello());
+                    match r.status {
+                        200 => ok += 1,
+                        429 => {
+                            limited += 1;
+                            assert_eq!(r.header("x-ratelimit-limit-requests"), Some("300"));
+                            assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+                        }
+                        s => panic!("unexpected {s}: {}", r.text()),
+                    }
+                }
+                (ok, limited)
+            })
+        })
+        .collect();
+    let (ok, limited) = threads.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    assert_eq!((ok, limited), (300, 180), "a key limited to 300 rpm gets 300 answers of 480");
+    let drawn: f64 = all.iter().map(|g| g.metric("tollgate_shared_state_granted_admissions_total", &[])).sum();
+    println!("{drawn} of the 300 answers were drawn on grants");
+    assert!(drawn > 0.0, "the busy key never drew on a grant");
+    // What was granted and not drawn goes back (the watcher's sweep, within about two seconds).
+    let window = format!("{prefix}rl:{key_id}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let w = redis_hgetall(&redis, &window);
+        let n = |k: &str| w.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        if n("rp") + n("rc") == 300 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Redis counts {w:?} for 300 answers");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_budget_is_exact_across_three_instances_under_concurrency() {
     let Some(redis) = machine_redis() else { return };

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use redis::{Script, ScriptInvocation, Value};
 use tokio::sync::oneshot;
 
+use super::allowance::{self, Grant, Plan, Retire};
 use super::{budget, rate, Cluster};
 use crate::pipeline::shared::{Answer, Ask};
 
@@ -22,7 +23,8 @@ use crate::pipeline::shared::{Answer, Ask};
 pub(super) const BATCH: usize = 64;
 
 /// ARGV[1]: now (0 = server clock); then per request `q` and per ask its code and arguments,
-/// its keys in KEYS in order. Returns per request one reply per ask decided.
+/// its keys in KEYS in order. Returns per request one reply per ask decided. An ask that gives
+/// a grant back (`allowance`) does so whether or not it is decided.
 const RUN: &str = r#"
 local now = clock(ARGV[1])
 local out = {}
@@ -38,22 +40,28 @@ while a <= #ARGV do
     stopped = false
     a = a + 1
   elseif op == 'r' then
+    local rreq, rtok = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+    if rreq ~= 0 or rtok ~= 0 then rate_settle(KEYS[k], now, tonumber(ARGV[a + 6]), -rtok, -rreq) end
     if not stopped then
-      res = rate_admit(KEYS[k], now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]))
+      res = rate_admit(KEYS[k], now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+        tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]))
       cur[#cur + 1] = res
       stopped = res[1] ~= 1
     end
-    k, a = k + 1, a + 5
+    k, a = k + 1, a + 9
   elseif op == 'b' then
     local n = tonumber(ARGV[a + 1])
+    local ttl = tonumber(ARGV[a + 3])
+    local ramount = tonumber(ARGV[a + 6])
+    if ramount > 0 then budget_return(KEYS, k, n, now, ttl, tonumber(ARGV[a + 5]), ramount) end
     if not stopped then
       local limits = {}
-      for i = 1, n do limits[i] = tonumber(ARGV[a + 3 + i]) end
-      res = budget_reserve(KEYS, k, n, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), limits)
+      for i = 1, n do limits[i] = tonumber(ARGV[a + 6 + i]) end
+      res = budget_reserve(KEYS, k, n, now, tonumber(ARGV[a + 2]), ttl, limits, tonumber(ARGV[a + 4]))
       cur[#cur + 1] = res
       stopped = res[1] ~= 1
     end
-    k, a = k + n, a + 4 + n
+    k, a = k + n, a + 7 + n
   else
     return redis.error_reply('unknown ask ' .. tostring(op))
   end
@@ -64,27 +72,53 @@ return out
 "#;
 
 pub(super) fn script() -> Script {
-    Script::new(&format!("{}{}{}{RUN}", rate::ROLL_FN, rate::ADMIT_FN, budget::RESERVE_FN))
+    Script::new(&format!(
+        "local SHARE = {}\n{}{}{}{}{RUN}",
+        allowance::SHARE,
+        rate::ROLL_FN,
+        rate::SETTLE_FN,
+        rate::ADMIT_FN,
+        budget::RESERVE_FN
+    ))
 }
+
+/// One request's asks, each with its plan (`allowance`).
+pub(super) type Request<'a> = (&'a [Ask], &'a [Plan]);
 
 /// One call deciding the asks of `requests` (rate and budget asks only) on the clock `now`
 /// (0 = Redis's).
-pub(super) fn invocation<'a>(c: &Cluster, script: &'a Script, now: i64, requests: &[&[Ask]]) -> ScriptInvocation<'a> {
+pub(super) fn invocation<'a>(
+    c: &Cluster,
+    script: &'a Script,
+    now: i64,
+    requests: &[Request<'_>],
+) -> ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
     inv.arg(now);
-    for asks in requests {
+    for (asks, plans) in requests {
         inv.arg("q");
-        for ask in *asks {
+        for (i, ask) in asks.iter().enumerate() {
+            let plan = plans.get(i).copied().unwrap_or_default();
             match ask {
                 Ask::Rate { key_id, rpm, tpm, ask } => {
                     let [r, t, min, max] = rate::admit_args(*rpm, *tpm, *ask);
+                    let (from, req, tok) = match plan.retire {
+                        Retire::Rate { from, req, tok } => (from, req, tok),
+                        _ => (0, 0, 0),
+                    };
                     inv.key(c.key(format_args!("rl:{key_id}"))).arg("r").arg(r).arg(t).arg(min).arg(max);
+                    inv.arg(plan.want).arg(from).arg(req).arg(tok);
                 }
                 Ask::Budget { entries, amount_usd } => {
                     for e in entries {
                         inv.key(budget::hash_key(&c.prefix, e.scope, &e.scope_id, &e.period_key));
                     }
+                    let (bucket, amount) = match plan.retire {
+                        Retire::Budget { bucket, amount } => (bucket, amount),
+                        _ => (0, 0),
+                    };
                     inv.arg("b").arg(entries.len()).arg(budget::nanos(*amount_usd).max(0)).arg(c.reservation_ttl_ms);
+                    inv.arg(plan.want).arg(bucket).arg(amount);
                     for e in entries {
                         inv.arg(budget::nanos(e.limit_usd));
                     }
@@ -96,30 +130,39 @@ pub(super) fn invocation<'a>(c: &Cluster, script: &'a Script, now: i64, requests
     inv
 }
 
-/// The script's replies for one request as its checks' answers, in order.
-pub(super) fn answers(c: &Cluster, asks: &[Ask], reply: Value) -> Vec<Answer> {
+/// The script's replies for one request as its checks' answers, in order, with what each
+/// ask was granted.
+pub(super) fn answers(c: &Cluster, asks: &[Ask], reply: Value) -> Decided {
     use redis::FromRedisValue;
     let reply = Vec::<Value>::from_redis_value(reply).unwrap_or_default();
     if reply.is_empty() {
         // Every request has its first ask decided: nothing means a reply we do not understand,
         // which must not read as "not asked" (that lets the request through).
-        return vec![Answer::Unavailable("unexpected reply from the admission script".into()); asks.len()];
+        let why = Answer::Unavailable("unexpected reply from the admission script".into());
+        return (vec![why; asks.len()], vec![None; asks.len()]);
     }
-    asks.iter().zip(reply).map(|(ask, r)| answer(c, ask, r)).collect()
+    asks.iter().zip(reply).map(|(ask, r)| answer(c, ask, r)).unzip()
 }
 
-fn answer(c: &Cluster, ask: &Ask, reply: Value) -> Answer {
+/// Per ask of a request: its answer, and what it was granted.
+pub(super) type Decided = (Vec<Answer>, Vec<Option<Grant>>);
+
+fn answer(c: &Cluster, ask: &Ask, reply: Value) -> (Answer, Option<Grant>) {
     use redis::FromRedisValue;
     match ask {
         Ask::Rate { .. } => match Vec::<i64>::from_redis_value(reply).ok().and_then(|v| rate::counts(&v)) {
-            Some(counts) => Answer::Rate(counts),
-            None => Answer::Unavailable("unexpected reply from the rate script".into()),
+            Some((counts, [req, tok])) => (Answer::Rate(counts), (req > 0).then_some(Grant::Rate { req, tok })),
+            None => (Answer::Unavailable("unexpected reply from the rate script".into()), None),
         },
         Ask::Budget { .. } => {
             let parts = Vec::<Value>::from_redis_value(reply).unwrap_or_default();
-            super::budget_answer(&parts, c)
+            let granted = parts.get(2).and_then(|v| i64::from_redis_value_ref(v).ok()).unwrap_or(-1);
+            let answer = super::budget_answer(&parts, c);
+            let grant =
+                (matches!(answer, Answer::Budget(Ok(_))) && granted >= 0).then_some(Grant::Budget { amount: granted });
+            (answer, grant)
         }
-        Ask::Cache { .. } => Answer::Unavailable("a cache lookup is not an admission".into()),
+        Ask::Cache { .. } => (Answer::Unavailable("a cache lookup is not an admission".into()), None),
     }
 }
 
@@ -141,6 +184,7 @@ pub(super) struct QueueState {
 
 pub(super) struct Waiting {
     asks: Vec<Ask>,
+    plans: Vec<Plan>,
     tx: oneshot::Sender<Vec<Answer>>,
 }
 
@@ -150,13 +194,14 @@ impl Queue {
     }
 }
 
-/// Decides one request's asks in the next call (started here when none is in flight).
-pub(super) async fn admit(c: &Cluster, asks: Vec<Ask>) -> Vec<Answer> {
+/// Decides one request's asks in the next call (started here when none is in flight), with
+/// their plans (`allowance`).
+pub(super) async fn admit(c: &Cluster, asks: Vec<Ask>, plans: Vec<Plan>) -> Vec<Answer> {
     let n = asks.len();
     let (tx, rx) = oneshot::channel();
     let start = {
         let mut q = c.admissions.lock();
-        q.waiting.push(Waiting { asks, tx });
+        q.waiting.push(Waiting { asks, plans, tx });
         !std::mem::replace(&mut q.busy, true)
     };
     if start {
@@ -201,12 +246,17 @@ pub(super) async fn run(c: std::sync::Arc<Cluster>) {
             q.waiting.drain(..n).collect()
         };
         c.admissions.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let requests: Vec<&[Ask]> = batch.iter().map(|w| w.asks.as_slice()).collect();
+        let requests: Vec<Request<'_>> = batch.iter().map(|w| (w.asks.as_slice(), w.plans.as_slice())).collect();
         let mut replies = c.decide(&requests).await.into_iter();
         for w in batch {
             let n = w.asks.len();
-            let answers =
-                replies.next().unwrap_or_else(|| vec![Answer::Unavailable("no reply for this request".into()); n]);
+            let (answers, grants) = replies
+                .next()
+                .unwrap_or_else(|| (vec![Answer::Unavailable("no reply for this request".into()); n], vec![None; n]));
+            // Here, not in the request: a request that went away still ends its lane's refill.
+            if w.plans.iter().any(|p| p.want > 0) {
+                c.allowances.install(&w.asks, &w.plans, &answers, &grants);
+            }
             let _ = w.tx.send(answers);
         }
     }

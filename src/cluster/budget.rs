@@ -35,12 +35,15 @@ pub fn usd(nanos: i64) -> f64 {
 }
 
 /// Reserves `amount` (nanos) against every entry, all or nothing: one hash per entry from
-/// `keys[k]`, `limits` (nanos) one per entry. Returns {1, bucket} reserved, {0, i, used} entry
-/// i (1-based) has `used` (spent + held) and it does not fit, {-1, i} entry i not loaded.
+/// `keys[k]`, `limits` (nanos) one per entry. Returns {1, bucket, granted} reserved, {0, i,
+/// used} entry i (1-based) has `used` (spent + held) and it does not fit, {-1, i} entry i not
+/// loaded. Reserved, and `want` > 0, it also holds up to `want` more reservations of `amount`
+/// for this instance to draw on (`allowance`): at most 1/SHARE of what is left in each entry,
+/// at least two reservations; `granted` is the nano-dollars held for it, -1 none.
 ///
 /// As the rate windows (`rate::ROLL_FN`): a call reads each entry once and adds what its
 /// requests hold to it once at the end (`budget_flush`); the requests are decided one after
-/// another on the figures in Lua.
+/// another on the figures in Lua. `budget_return` gives back what a grant did not use.
 pub(super) const RESERVE_FN: &str = r#"
 local budget_states = {}
 local function budget_state(key, b)
@@ -50,12 +53,12 @@ local function budget_state(key, b)
     local cur = 'r:' .. b
     local v = redis.call('HMGET', key, 'spent', cur, 'r:' .. (b - 1), 'ok')
     st = {key = key, b = b, field = cur, ok = v[4], spent = tonumber(v[1]) or 0,
-          cur = tonumber(v[2]) or 0, prev = tonumber(v[3]) or 0, add = 0}
+          cur = tonumber(v[2]) or 0, prev = tonumber(v[3]) or 0, add = 0, padd = 0}
     budget_states[id] = st
   end
   return st
 end
-local function budget_reserve(keys, k, n, now, amount, ttl, limits)
+local function budget_reserve(keys, k, n, now, amount, ttl, limits, want)
   local b = math.floor(now / ttl)
   local sts = {}
   for i = 1, n do
@@ -67,22 +70,49 @@ local function budget_reserve(keys, k, n, now, amount, ttl, limits)
     end
     sts[i] = st
   end
-  if amount > 0 then
+  local granted = -1
+  if want > 0 then
+    local d = want * amount
+    local least = nil
     for i = 1, n do
-      sts[i].cur = sts[i].cur + amount
-      sts[i].add = sts[i].add + amount
+      local room = limits[i] - sts[i].spent - math.max(sts[i].cur + sts[i].prev, 0) - amount
+      d = math.min(d, math.floor(room / SHARE))
+      if least == nil or room < least then least = room end
+    end
+    if d >= 2 * amount and least >= SHARE then granted = d end
+  end
+  local add = amount + math.max(granted, 0)
+  if add > 0 then
+    for i = 1, n do
+      sts[i].cur = sts[i].cur + add
+      sts[i].add = sts[i].add + add
     end
   end
-  return {1, b}
+  return {1, b, granted}
+end
+local function budget_return(keys, k, n, now, ttl, bucket, amount)
+  local b = math.floor(now / ttl)
+  if amount <= 0 or bucket < b - 1 or bucket > b then return end
+  for i = 1, n do
+    local st = budget_state(keys[k + i - 1], b)
+    if bucket == b then
+      st.cur = st.cur - amount
+      st.add = st.add - amount
+    else
+      st.prev = st.prev - amount
+      st.padd = st.padd - amount
+    end
+  end
 end
 local function budget_flush()
   for _, st in pairs(budget_states) do
-    if st.add > 0 then
+    if st.add ~= 0 then
       -- The first hold in a bucket clears the buckets that no longer count.
-      if redis.call('HINCRBY', st.key, st.field, st.add) == st.add then
+      if redis.call('HINCRBY', st.key, st.field, st.add) == st.add and st.add > 0 then
         redis.call('HDEL', st.key, 'r:' .. (st.b - 2), 'r:' .. (st.b - 3))
       end
     end
+    if st.padd ~= 0 then redis.call('HINCRBY', st.key, 'r:' .. (st.b - 1), st.padd) end
   end
 end
 "#;

@@ -14,6 +14,7 @@
 //! lost it.
 
 mod admit;
+mod allowance;
 pub mod budget;
 pub mod rate;
 mod settle;
@@ -39,6 +40,7 @@ struct ClusterMetrics {
     errors: IntCounterVec,
     fallbacks: IntCounterVec,
     dropped: prometheus::IntCounter,
+    drawn: prometheus::IntCounter,
 }
 
 static METRICS: LazyLock<ClusterMetrics> = LazyLock::new(|| ClusterMetrics {
@@ -66,6 +68,11 @@ static METRICS: LazyLock<ClusterMetrics> = LazyLock::new(|| ClusterMetrics {
         "Settlements not sent to the shared state (it was down, or the queue was full)"
     )
     .expect("register tollgate_shared_state_settlements_dropped_total"),
+    drawn: prometheus::register_int_counter!(
+        "tollgate_shared_state_granted_admissions_total",
+        "Admissions decided in this process on quota the shared state granted it (busy keys far from their limits)"
+    )
+    .expect("register tollgate_shared_state_granted_admissions_total"),
 });
 
 pub struct Cluster {
@@ -93,6 +100,8 @@ pub struct Cluster {
     /// The admission script (`admit`), its queue, and the spend rebuild.
     admit: redis::Script,
     admissions: admit::Queue,
+    /// Grants of busy lanes drawn on in this process (`allowance`).
+    allowances: allowance::Allowances,
     /// This store, for the task that sends admission calls.
     me: std::sync::Weak<Cluster>,
     seed: redis::Script,
@@ -141,6 +150,7 @@ impl Cluster {
             address,
             admit: admit::script(),
             admissions: admit::Queue::default(),
+            allowances: allowance::Allowances::new((cfg.reservation_ttl_seconds.max(1) * 1000) as i64),
             seed: budget::seed_script(),
             missing: budget::missing_script(),
         });
@@ -171,6 +181,8 @@ impl Cluster {
             log::warn!("shared state ({}) unreachable: {why}; checks apply cluster.on_redis_down", self.address);
         }
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = why;
+        // What Redis granted may be gone with it (a restart): nothing is drawn on it again.
+        self.allowances.clear();
         METRICS.up.set(0);
         self.wake.notify_one();
     }
@@ -217,7 +229,59 @@ impl Cluster {
                 Err(_) => vec![Answer::Unavailable(self.timed_out("cache"))],
             };
         }
-        admit::admit(self, asks).await
+        match self.allowances.draw(&asks, Instant::now()) {
+            Ok(drawn) => {
+                METRICS.drawn.inc();
+                drawn
+            }
+            Err(plans) => admit::admit(self, asks, plans).await,
+        }
+    }
+
+    /// Gives back what grants over in time did not use (`allowance`), through the settlement
+    /// batch.
+    fn sweep(&self) {
+        self.sweep_at(Instant::now())
+    }
+
+    fn sweep_at(&self, now: Instant) {
+        for op in self.returned_ops(self.allowances.sweep(now)) {
+            self.settle(op);
+        }
+    }
+
+    /// Shutting down: what the grants did not use goes back to Redis at once (one call,
+    /// bounded by the timeout; lost with the process otherwise, which only keeps it counted:
+    /// the rate window's minute, the budget hold's TTL).
+    async fn give_back(&self) {
+        let ops = self.returned_ops(self.allowances.close());
+        if ops.is_empty() || !self.is_up() {
+            return;
+        }
+        settle::send(self, &settle::script(), &ops).await;
+    }
+
+    fn returned_ops(&self, returned: Vec<allowance::Returned>) -> Vec<settle::Op> {
+        let mut ops = Vec::with_capacity(returned.len());
+        for r in returned {
+            match r {
+                allowance::Returned::Rate { key_id, from, req, tok } => ops.push(settle::Op::Rate {
+                    key: self.key(format_args!("rl:{key_id}")),
+                    from,
+                    delta: -tok,
+                    req: -req,
+                }),
+                allowance::Returned::Budget { entries, bucket, amount } => {
+                    let entries = entries
+                        .iter()
+                        .map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key))
+                        .collect();
+                    let ttl_ms = self.reservation_ttl_ms;
+                    ops.push(settle::Op::Budget { entries, bucket, ttl_ms, amount, cost: 0 });
+                }
+            }
+        }
+        ops
     }
 
     /// A connection whose driver runs on the calling runtime (one per gateway worker thread):
@@ -255,9 +319,13 @@ impl Cluster {
 
     /// One admission call for `requests` (rate and budget asks), bounded by the timeout: per
     /// request its answers, or `Unavailable` for every ask when the call failed.
-    async fn decide(&self, requests: &[&[Ask]]) -> Vec<Vec<Answer>> {
-        let unavailable =
-            |why: String| requests.iter().map(|r| vec![Answer::Unavailable(why.clone()); r.len()]).collect();
+    async fn decide(&self, requests: &[admit::Request<'_>]) -> Vec<admit::Decided> {
+        let unavailable = |why: String| {
+            requests
+                .iter()
+                .map(|(r, _)| (vec![Answer::Unavailable(why.clone()); r.len()], vec![None; r.len()]))
+                .collect()
+        };
         if !self.is_up() {
             return unavailable(self.reason());
         }
@@ -268,7 +336,7 @@ impl Cluster {
                 let mut reply = reply.into_iter();
                 requests
                     .iter()
-                    .map(|asks| admit::answers(self, asks, reply.next().unwrap_or(redis::Value::Nil)))
+                    .map(|(asks, _)| admit::answers(self, asks, reply.next().unwrap_or(redis::Value::Nil)))
                     .collect()
             }
             Ok(Err(e)) => unavailable(self.failed("admit", &e)),
@@ -286,7 +354,7 @@ impl Cluster {
     /// Moves a shared rate reservation from its estimate to the tokens really used.
     pub fn settle_rate(&self, key_id: &str, start_ms: i64, delta: i64) {
         if delta != 0 {
-            self.settle(settle::Op::Rate { key: self.key(format_args!("rl:{key_id}")), from: start_ms, delta });
+            self.settle(settle::Op::Rate { key: self.key(format_args!("rl:{key_id}")), from: start_ms, delta, req: 0 });
         }
     }
 
@@ -343,7 +411,10 @@ impl Cluster {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => {
+                    self.give_back().await;
+                    return;
+                }
             }
             if !self.is_up() {
                 METRICS.down_seconds.inc_by(last.elapsed().as_secs_f64());
@@ -352,7 +423,10 @@ impl Cluster {
             match tokio::time::timeout(self.timeout.max(Duration::from_millis(500)), self.check(&store, &snapshot))
                 .await
             {
-                Ok(Ok(())) => self.set_up(),
+                Ok(Ok(())) => {
+                    self.set_up();
+                    self.sweep();
+                }
                 Ok(Err(why)) => self.set_down(why),
                 Err(_) => self.set_down(format!(
                     "no answer within {} ms",
@@ -570,6 +644,19 @@ mod tests {
         assert_eq!(e[1].period_key, crate::budget::month_key(now));
     }
 
+    /// A store on the machine's Redis under `prefix`, taken as up.
+    fn up_on(prefix: &str) -> Arc<Cluster> {
+        let cfg = ClusterSection {
+            redis_url: "redis://127.0.0.1:6379".into(),
+            redis_prefix: prefix.into(),
+            redis_timeout_ms: 5_000,
+            ..Default::default()
+        };
+        let c = Cluster::connect(&cfg, 1 << 20).unwrap().unwrap();
+        c.set_up();
+        c
+    }
+
     /// Group admission: requests queued while a call is in flight go together in the next call,
     /// and each is decided as if alone: exactly `rpm` of them pass, a request its rate limit
     /// refuses holds no budget (its budget ask is not decided), the admitted ones hold theirs.
@@ -579,15 +666,9 @@ mod tests {
         use crate::ratelimit::TokenAsk;
         let Some(mut conn) = rate::tests::redis().await else { return };
         let prefix = format!("tollgate-test-{}:", uuid::Uuid::new_v4().simple());
-        let cfg = ClusterSection {
-            redis_url: "redis://127.0.0.1:6379".into(),
-            redis_prefix: prefix.clone(),
-            redis_timeout_ms: 5_000,
-            ..Default::default()
-        };
-        let c = Cluster::connect(&cfg, 1 << 20).unwrap().unwrap();
-        c.set_up();
-        let entry = BudgetEntry { scope: "key", scope_id: "k1".into(), period_key: "total".into(), limit_usd: 100.0 };
+        let c = up_on(&prefix);
+        // A budget too small for a grant (`allowance`): what is held is the admitted requests'.
+        let entry = BudgetEntry { scope: "key", scope_id: "k1".into(), period_key: "total".into(), limit_usd: 5.0 };
         let hash = budget::hash_key(&prefix, "key", "k1", "total");
         let _: () = redis::cmd("HSET").arg(&hash).arg("ok").arg(1).query_async(&mut conn).await.unwrap();
 
@@ -699,20 +780,20 @@ mod tests {
                 vec![rate, Ask::Budget { entries, amount_usd: 0.05 + (i % 5) as f64 * 0.01 }]
             })
             .collect();
-        let refs: Vec<&[Ask]> = requests.iter().map(|r| r.as_slice()).collect();
+        let refs: Vec<admit::Request<'_>> = requests.iter().map(|r| (r.as_slice(), &[][..])).collect();
         let one: Vec<redis::Value> =
             admit::invocation(&together, &together.admit, now, &refs).invoke_async(&mut conn).await.unwrap();
         let mut each = Vec::new();
         for r in &refs {
             let mut v: Vec<redis::Value> =
-                admit::invocation(&alone, &alone.admit, now, &[r]).invoke_async(&mut conn).await.unwrap();
+                admit::invocation(&alone, &alone.admit, now, &[*r]).invoke_async(&mut conn).await.unwrap();
             each.push(v.remove(0));
         }
         assert!(one == each, "the answers differ:\n{one:?}\n{each:?}");
 
         // Both checks refused some and admitted others.
         let answers: Vec<Vec<Answer>> =
-            refs.iter().zip(one).map(|(asks, v)| admit::answers(&together, asks, v)).collect();
+            refs.iter().zip(one).map(|((asks, _), v)| admit::answers(&together, asks, v).0).collect();
         let count = |f: &dyn Fn(&[Answer]) -> bool| answers.iter().filter(|a| f(a)).count();
         let rate_refused = count(&|a| matches!(a, [Answer::Rate(r)] if !r.admitted));
         let budget_refused = count(&|a| matches!(a, [Answer::Rate(_), Answer::Budget(Err(_))]));
@@ -728,7 +809,12 @@ mod tests {
                 let Ask::Budget { entries, amount_usd } = &asks[1] else { unreachable!() };
                 let key = ["a", "b", "c"][i % 3];
                 let delta = (i as i64 * 53 % 700) - r.tokens as i64;
-                ops.push(settle::Op::Rate { key: c.key(format_args!("rl:{key}")), from: r.before.start_ms, delta });
+                ops.push(settle::Op::Rate {
+                    key: c.key(format_args!("rl:{key}")),
+                    from: r.before.start_ms,
+                    delta,
+                    req: 0,
+                });
                 ops.push(settle::Op::Budget {
                     entries: entries
                         .iter()
@@ -755,5 +841,94 @@ mod tests {
             assert_eq!(x, y, "{a} vs {b}");
             let _: () = redis::cmd("DEL").arg(a).arg(&b).query_async(&mut conn).await.unwrap();
         }
+    }
+
+    /// Allowances (`allowance`): a busy key's requests drawn on grants take few calls, and once
+    /// the grants are given back Redis counts exactly the requests admitted and the spend
+    /// settled; a key near its limit gets no grant (every request decided in Redis); two
+    /// instances taking turns on one key admit exactly its limit between them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grants_take_few_calls_and_redis_still_counts_exactly() {
+        use crate::pipeline::shared::SharedStore;
+        use crate::ratelimit::TokenAsk;
+        use std::collections::HashMap;
+        let Some(mut conn) = rate::tests::redis().await else { return };
+        let prefix = format!("tollgate-test-{}:", uuid::Uuid::new_v4().simple());
+        let a = up_on(&prefix);
+        let entry =
+            BudgetEntry { scope: "tenant", scope_id: "t".into(), period_key: "total".into(), limit_usd: 1000.0 };
+        let hash = budget::hash_key(&prefix, "tenant", "t", "total");
+        let _: () = redis::cmd("HSET").arg(&hash).arg("ok").arg(1).query_async(&mut conn).await.unwrap();
+        let asks = |key: &str, rpm: u64| {
+            vec![
+                Ask::Rate {
+                    key_id: key.into(),
+                    rpm: Some(rpm),
+                    tpm: Some(100_000_000),
+                    ask: TokenAsk::new(10, None, 100),
+                },
+                Ask::Budget { entries: vec![entry.clone()], amount_usd: 0.001 },
+            ]
+        };
+        let calls = |c: &Cluster| c.admissions.calls.load(Ordering::Relaxed);
+
+        let mut held = Vec::new();
+        for _ in 0..400 {
+            let got = a.ask(asks("busy", 1_000_000)).await;
+            let [Answer::Rate(r), Answer::Budget(Ok(bucket))] = got.as_slice() else { panic!("{got:?}") };
+            assert!(r.admitted);
+            held.push((r.before.start_ms, r.tokens, *bucket));
+        }
+        let made = calls(&a);
+        println!("{made} admission calls for 400 requests");
+        assert!(made < 40, "{made} calls for 400 requests of a busy key");
+        for (start, tokens, bucket) in &held {
+            a.settle_rate("busy", *start, 10 - *tokens as i64);
+            let h = budget::Held { entries: vec![entry.clone()], amount: budget::nanos(0.001), bucket: *bucket };
+            a.settle_budget(Some(h), 0.0005);
+        }
+        a.sweep_at(Instant::now() + 2 * allowance::LIFE);
+        let window = format!("{prefix}rl:busy");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let w: HashMap<String, i64> = redis::cmd("HGETALL").arg(&window).query_async(&mut conn).await.unwrap();
+            let b: HashMap<String, i64> = redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await.unwrap();
+            let f = |m: &HashMap<String, i64>, k: &str| m.get(k).copied().unwrap_or(0);
+            let requests = f(&w, "rp") + f(&w, "rc");
+            let tokens = f(&w, "tp") + f(&w, "tc");
+            let holds: i64 = b.iter().filter(|(k, _)| k.starts_with("r:")).map(|(_, v)| *v).sum();
+            if (requests, tokens, f(&b, "spent"), holds) == (400, 4000, 400 * budget::nanos(0.0005), 0) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "window {w:?}, budget {b:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // Near its limit: no grant, every request decided in Redis, exactly the limit admitted.
+        let before = calls(&a);
+        let mut admitted = 0;
+        for _ in 0..60 {
+            if matches!(a.ask(asks("near", 50)).await.as_slice(), [Answer::Rate(r), _] if r.admitted) {
+                admitted += 1;
+            }
+        }
+        assert_eq!((admitted, calls(&a) - before), (50, 60));
+
+        // Two instances taking turns: exactly the limit between them, grants or not.
+        let b = up_on(&prefix);
+        let mut admitted = [0, 0];
+        for i in 0..600 {
+            let c = if i % 2 == 0 { &a } else { &b };
+            if matches!(c.ask(asks("shared", 400)).await.as_slice(), [Answer::Rate(r), _] if r.admitted) {
+                admitted[i % 2] += 1;
+            }
+        }
+        assert_eq!(admitted[0] + admitted[1], 400, "{admitted:?}");
+        let mut del = redis::cmd("DEL");
+        del.arg(&hash);
+        for k in ["busy", "near", "shared"] {
+            del.arg(format!("{prefix}rl:{k}"));
+        }
+        let _: () = del.query_async(&mut conn).await.unwrap();
     }
 }

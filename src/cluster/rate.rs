@@ -63,14 +63,17 @@ local function rate_flush()
 end
 "#;
 
-/// Moves `delta` tokens on the window a reservation was counted in (`ratelimit::settle_on`).
+/// Moves `delta` tokens and `rdelta` requests on the window they were counted in
+/// (`ratelimit::settle_on`; requests move only when a grant is given back, `allowance`).
 pub(super) const SETTLE_FN: &str = r#"
-local function rate_settle(key, now, from, delta)
+local function rate_settle(key, now, from, delta, rdelta)
   local st = rate_state(key, now)
   if st.s == from then
     st.tc = math.max(st.tc + delta, 0)
+    st.rc = math.max(st.rc + rdelta, 0)
   elseif st.s - from == 60000 then
     st.tp = math.max(st.tp + delta, 0)
+    st.rp = math.max(st.rp + rdelta, 0)
   else
     return
   end
@@ -79,10 +82,14 @@ end
 "#;
 
 /// Counts one request and what fits of the ask against every limit of the key at once (the
-/// steps of `ratelimit::admit`). rpm/tpm -1 = none. Returns
-/// {admitted, now, s, rp, rc, tp, tc (before this request), tokens}.
+/// steps of `ratelimit::admit`). rpm/tpm -1 = none. Admitted, and `want` > 0, it also grants
+/// up to `want` more requests (each with up to `amax` tokens) for this instance to draw on
+/// (`allowance`), counted at once: at most 1/SHARE of what is left under each limit, at least
+/// two requests (and one `amax` of tokens), or none. Returns
+/// {admitted, now, s, rp, rc, tp, tc (before this request), tokens, requests granted, tokens
+/// granted}.
 pub(super) const ADMIT_FN: &str = r#"
-local function rate_admit(key, now, rpm, tpm, amin, amax)
+local function rate_admit(key, now, rpm, tpm, amin, amax, want)
   local st = rate_state(key, now)
   local s, rp, rc, tp, tc = st.s, st.rp, st.rc, st.tp, st.tc
   local frac = (now - s) / 60000
@@ -100,12 +107,22 @@ local function rate_admit(key, now, rpm, tpm, amin, amax)
       tokens = math.max(math.min(amax, room), amin)
     end
   end
+  local g, gt = 0, 0
   if ok == 1 then
-    st.rc = rc + 1
-    st.tc = tc + tokens
+    if want > 0 then
+      g = want
+      if rpm >= 0 then g = math.min(g, math.floor((rpm - used_r - 1.0) / SHARE)) end
+      if tpm >= 0 then
+        gt = math.min(g * amax, math.floor((tpm - used_t - tokens) / SHARE))
+        if gt < amax then g = 0 end
+      end
+      if g < 2 then g, gt = 0, 0 end
+    end
+    st.rc = rc + 1 + g
+    st.tc = tc + tokens + gt
     st.dirty = true
   end
-  return {ok, now, s, rp, rc, tp, tc, tokens}
+  return {ok, now, s, rp, rc, tp, tc, tokens, g, gt}
 end
 "#;
 
@@ -118,10 +135,10 @@ pub(super) fn admit_args(rpm: Option<u64>, tpm: Option<u64>, ask: TokenAsk) -> [
     [limit_arg(rpm), limit_arg(tpm), ask.min.min(i64::MAX as u64) as i64, ask.max.min(i64::MAX as u64) as i64]
 }
 
-/// The script's reply as the pipeline's answer.
-pub(super) fn counts(reply: &[i64]) -> Option<RateCounts> {
-    let [ok, now, s, rp, rc, tp, tc, tokens] = <[i64; 8]>::try_from(reply).ok()?;
-    Some(RateCounts {
+/// The script's reply as the pipeline's answer, with what it granted (requests, tokens).
+pub(super) fn counts(reply: &[i64]) -> Option<(RateCounts, [i64; 2])> {
+    let [ok, now, s, rp, rc, tp, tc, tokens, g, gt] = <[i64; 10]>::try_from(reply).ok()?;
+    let counts = RateCounts {
         admitted: ok == 1,
         now_ms: now,
         before: State {
@@ -130,7 +147,8 @@ pub(super) fn counts(reply: &[i64]) -> Option<RateCounts> {
             tok: Pair { prev: tp as f64, cur: tc as f64 },
         },
         tokens: tokens.max(0) as u64,
-    })
+    };
+    Some((counts, [g, gt]))
 }
 
 #[cfg(test)]
@@ -195,10 +213,11 @@ pub(super) mod tests {
             };
             let [r, t, min, max] = admit_args(rpm, tpm, ask);
             let mut inv = admission.prepare_invoke();
-            inv.arg(now).arg("q").key(&key).arg("r").arg(r).arg(t).arg(min).arg(max);
+            inv.arg(now).arg("q").key(&key).arg("r").arg(r).arg(t).arg(min).arg(max).arg(0).arg(0).arg(0).arg(0);
             let replies: Vec<Vec<Vec<i64>>> = inv.invoke_async(&mut conn).await.unwrap();
             let reply = &replies[0][0];
-            let c = counts(reply).unwrap();
+            let (c, granted) = counts(reply).unwrap();
+            assert_eq!(granted, [0, 0], "nothing asked, nothing granted");
             let mut h: Headers = Vec::new();
             let mut before = local;
             before.roll_for_test(now);
@@ -212,7 +231,8 @@ pub(super) mod tests {
                 if rng.next(2) == 0 {
                     let delta = rng.next(2000) as i64 - tokens as i64;
                     let later = now + rng.next(500) as i64;
-                    let op = super::super::settle::Op::Rate { key: key.clone(), from: c.before.start_ms, delta };
+                    let op =
+                        super::super::settle::Op::Rate { key: key.clone(), from: c.before.start_ms, delta, req: 0 };
                     let _: i64 =
                         super::super::settle::invocation(&settle, later, &[op]).invoke_async(&mut conn).await.unwrap();
                     settle_on(&mut local, c.before.start_ms, delta, later);
