@@ -931,4 +931,57 @@ mod tests {
         }
         let _: () = del.query_async(&mut conn).await.unwrap();
     }
+
+    /// The equivalence test of allowances: one instance drawing on grants and one deciding
+    /// every request in Redis, fed the same requests, admit the same ones with the same counts
+    /// before each and the same tokens, and once the grants are given back leave the same
+    /// windows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_instance_with_grants_decides_as_without_them() {
+        use crate::pipeline::shared::SharedStore;
+        use crate::ratelimit::TokenAsk;
+        use std::collections::HashMap;
+        let Some(mut conn) = rate::tests::redis().await else { return };
+        // Both runs in one rate window (the test takes well under a second).
+        let in_minute = chrono::Utc::now().timestamp_millis() % 60_000;
+        if in_minute > 57_000 {
+            tokio::time::sleep(Duration::from_millis((60_100 - in_minute) as u64)).await;
+        }
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let (grants, each) =
+            (up_on(&format!("tollgate-test-{run}-grants:")), up_on(&format!("tollgate-test-{run}-each:")));
+        assert!(each.allowances.close().is_empty(), "it never asks for a grant");
+        let asks = || {
+            let ask = TokenAsk::new(10, None, 100);
+            vec![Ask::Rate { key_id: "k".into(), rpm: Some(300), tpm: Some(10_000_000), ask }]
+        };
+        for i in 0..400 {
+            let (a, b) = (grants.ask(asks()).await, each.ask(asks()).await);
+            let ([Answer::Rate(a)], [Answer::Rate(b)]) = (a.as_slice(), b.as_slice()) else { panic!("{a:?} {b:?}") };
+            assert_eq!(a.admitted, b.admitted, "request {i}");
+            assert_eq!((a.before.req, a.before.tok, a.tokens), (b.before.req, b.before.tok, b.tokens), "request {i}");
+        }
+        let (fewer, all) =
+            (grants.admissions.calls.load(Ordering::Relaxed), each.admissions.calls.load(Ordering::Relaxed));
+        // Within 64 requests of the limit, and refused, every request is decided in Redis.
+        assert!(fewer * 5 < all * 3, "grants took {fewer} calls, one by one {all}");
+        grants.sweep_at(Instant::now() + 2 * allowance::LIFE);
+        let windows = |name: &str| format!("tollgate-test-{run}-{name}:rl:k");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut got = Vec::new();
+            for name in ["grants", "each"] {
+                let w: HashMap<String, i64> =
+                    redis::cmd("HGETALL").arg(windows(name)).query_async(&mut conn).await.unwrap();
+                got.push((w.get("rc").copied(), w.get("tc").copied()));
+            }
+            if got[0] == got[1] {
+                assert_eq!(got[0], (Some(300), Some(300 * 110)));
+                break;
+            }
+            assert!(Instant::now() < deadline, "windows differ: {got:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _: () = redis::cmd("DEL").arg(windows("grants")).arg(windows("each")).query_async(&mut conn).await.unwrap();
+    }
 }
