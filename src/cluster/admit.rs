@@ -255,7 +255,8 @@ pub(super) async fn run(c: std::sync::Arc<Cluster>) {
                 .unwrap_or_else(|| (vec![Answer::Unavailable("no reply for this request".into()); n], vec![None; n]));
             // Here, not in the request: a request that went away still ends its lane's refill.
             if w.plans.iter().any(|p| p.want > 0) {
-                c.allowances.install(&w.asks, &w.plans, &answers, &grants);
+                let stale = c.allowances.install(&w.asks, &w.plans, &answers, &grants);
+                c.give_back_later(stale);
             }
             let _ = w.tx.send(answers);
         }

@@ -243,17 +243,25 @@ impl Allowances {
     }
 
     /// What Redis answered a call planned by [`Allowances::draw`]: grants installed, refills
-    /// ended.
-    pub(super) fn install(&self, asks: &[Ask], plans: &[Plan], answers: &[Answer], grants: &[Option<Grant>]) {
+    /// ended. A rate grant made under limits the key no longer has (patched during the call)
+    /// is not drawn on: it is returned, to be given back.
+    pub(super) fn install(
+        &self,
+        asks: &[Ask],
+        plans: &[Plan],
+        answers: &[Answer],
+        grants: &[Option<Grant>],
+    ) -> Vec<Returned> {
         let mut lanes = self.lock();
         let now = Instant::now();
+        let mut stale = Vec::new();
         for (i, (ask, plan)) in asks.iter().zip(plans).enumerate() {
             if plan.want == 0 {
                 continue;
             }
             let grant = grants.get(i).copied().flatten();
             match (ask, answers.get(i)) {
-                (Ask::Rate { key_id, tpm, .. }, answer) => {
+                (Ask::Rate { key_id, rpm, tpm, .. }, answer) => {
                     let Some(l) = lanes.rate.get_mut(key_id) else { continue };
                     let g = match (grant, answer) {
                         (Some(Grant::Rate { req, tok }), Some(Answer::Rate(c))) if req > 0 && c.admitted => {
@@ -265,7 +273,14 @@ impl Allowances {
                         }
                         _ => None,
                     };
-                    l.lane.install(g);
+                    match g {
+                        Some((g, _)) if (l.rpm, l.tpm) != (*rpm, *tpm) => {
+                            l.lane.install(None);
+                            let (from, req, tok) = (g.state.start_ms, g.req_left, g.tok_left);
+                            stale.push(Returned::Rate { key_id: key_id.clone(), from, req, tok });
+                        }
+                        g => l.lane.install(g),
+                    }
                 }
                 (Ask::Budget { entries, amount_usd }, answer) => {
                     let Some(l) = lanes.budget.get_mut(&budget_lane_id(entries)) else { continue };
@@ -281,6 +296,7 @@ impl Allowances {
                 (Ask::Cache { .. }, _) => {}
             }
         }
+        stale
     }
 
     /// Grants over in time, given back; idle lanes forgotten.
@@ -596,5 +612,20 @@ mod tests {
         let now = Instant::now();
         let _ = a.draw(&ask, now);
         assert_eq!(a.draw(&ask, now + MS).unwrap_err(), [Plan::default()], "busy, but closing: no grant");
+    }
+
+    #[test]
+    fn a_grant_made_under_limits_patched_during_its_call_goes_back_undrawn() {
+        let a = Allowances::new(900_000);
+        let t0 = Instant::now();
+        let start = 1_700_000_040_000;
+        let old = [rate(100_000)];
+        let _ = a.draw(&old, t0);
+        let plans = a.draw(&old, t0 + MS).unwrap_err();
+        // Meanwhile the key's limit is patched, and a request under the new one plans.
+        assert_eq!(a.draw(&[rate(50)], t0 + 2 * MS).unwrap_err(), [Plan::default()]);
+        let stale = a.install(&old, &plans, &[admitted(start, 0.0, 110)], &[Some(Grant::Rate { req: 8, tok: 880 })]);
+        assert_eq!(stale, [Returned::Rate { key_id: "k".into(), from: start, req: 8, tok: 880 }]);
+        assert_eq!(a.live(), 0, "nothing drawn under the new limit");
     }
 }

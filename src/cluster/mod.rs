@@ -245,7 +245,12 @@ impl Cluster {
     }
 
     fn sweep_at(&self, now: Instant) {
-        for op in self.returned_ops(self.allowances.sweep(now)) {
+        self.give_back_later(self.allowances.sweep(now));
+    }
+
+    /// Gives `returned` back through the settlement batch.
+    fn give_back_later(&self, returned: Vec<allowance::Returned>) {
+        for op in self.returned_ops(returned) {
             self.settle(op);
         }
     }
