@@ -3,8 +3,9 @@
 //! it every process keeps its own (the embedded default).
 //!
 //! The checks stay free of I/O: they ask ([`crate::pipeline::Verdict::Ask`]) and this answers,
-//! one round trip per ask (a Lua script sent by hash). Settling is a second script, sent from a
-//! task off the answer's path.
+//! one round trip per request's asks (a Lua script sent by hash), or none when a busy key far
+//! from its limits draws on quota Redis granted this process (`allowance`). Settling is a
+//! second script, sent in batches from a task off the answer's path.
 //!
 //! Faults: every call is bounded by `cluster.redis_timeout_ms`. A failure marks the store down;
 //! while down no request waits on it (each ask answers `Unavailable` at once) and the checks
