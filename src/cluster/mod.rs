@@ -271,19 +271,11 @@ impl Cluster {
         let mut ops = Vec::with_capacity(returned.len());
         for r in returned {
             match r {
-                allowance::Returned::Rate { key_id, from, req, tok } => ops.push(settle::Op::Rate {
-                    key: self.key(format_args!("rl:{key_id}")),
-                    from,
-                    delta: -tok,
-                    req: -req,
-                }),
+                allowance::Returned::Rate { key_id, from, req, tok } => {
+                    ops.push(self.rate_op(&key_id, from, -tok, -req))
+                }
                 allowance::Returned::Budget { entries, bucket, amount } => {
-                    let entries = entries
-                        .iter()
-                        .map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key))
-                        .collect();
-                    let ttl_ms = self.reservation_ttl_ms;
-                    ops.push(settle::Op::Budget { entries, bucket, ttl_ms, amount, cost: 0 });
+                    ops.push(self.budget_op(&entries, bucket, amount, 0))
                 }
             }
         }
@@ -360,7 +352,7 @@ impl Cluster {
     /// Moves a shared rate reservation from its estimate to the tokens really used.
     pub fn settle_rate(&self, key_id: &str, start_ms: i64, delta: i64) {
         if delta != 0 {
-            self.settle(settle::Op::Rate { key: self.key(format_args!("rl:{key_id}")), from: start_ms, delta, req: 0 });
+            self.settle(self.rate_op(key_id, start_ms, delta, 0));
         }
     }
 
@@ -373,11 +365,19 @@ impl Cluster {
         if cost == 0 && h.amount == 0 {
             return;
         }
+        self.settle(self.budget_op(&h.entries, h.bucket, h.amount, cost));
+    }
+
+    /// `delta` tokens and `req` requests moved on the key's window starting at `from`.
+    fn rate_op(&self, key_id: &str, from: i64, delta: i64, req: i64) -> settle::Op {
+        settle::Op::Rate { key: self.key(format_args!("rl:{key_id}")), from, delta, req }
+    }
+
+    /// `amount` nano-dollars held in `bucket` given back to `entries`, `cost` added to their spend.
+    fn budget_op(&self, entries: &[BudgetEntry], bucket: i64, amount: i64, cost: i64) -> settle::Op {
         let entries =
-            h.entries.iter().map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key)).collect();
-        let op =
-            settle::Op::Budget { entries, bucket: h.bucket, ttl_ms: self.reservation_ttl_ms, amount: h.amount, cost };
-        self.settle(op);
+            entries.iter().map(|e| budget::hash_key(&self.prefix, e.scope, &e.scope_id, &e.period_key)).collect();
+        settle::Op::Budget { entries, bucket, ttl_ms: self.reservation_ttl_ms, amount, cost }
     }
 
     /// Keeps an answer in the shared cache for `ttl` (if it is small enough).
