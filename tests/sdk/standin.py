@@ -73,6 +73,10 @@ class Recorded:
 class Standin:
     def __init__(self):
         self.requests: list[Recorded] = []
+        # Webhook deliveries (POST /webhooks), kept apart from `requests`: the schemathesis run
+        # points webhook endpoints here, and the gateway it drives goes on delivering (budget
+        # events, retries) while later tests count what reached the providers.
+        self.webhooks: list[Recorded] = []
         # Trusted by the cloud stand-ins (standin_cloud.py), set by the tests: AWS access key id
         # -> (secret, region); service-account email -> (public key, private_key_id).
         self.aws_keys: dict[str, tuple[str, str]] = {}
@@ -163,6 +167,11 @@ class _Handler(CloudRoutes, BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self._read_body()
+        if urlsplit(self.path).path == "/webhooks":
+            self._record(body, into=self.server.standin.webhooks)
+            self.send_response(204)
+            self.end_headers()
+            return
         self._record(body)
         if self._cloud(body):
             return
@@ -196,13 +205,13 @@ class _Handler(CloudRoutes, BaseHTTPRequestHandler):
             return out
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-    def _record(self, body: bytes):
+    def _record(self, body: bytes, into: list | None = None):
         headers: dict[str, str] = {}
         for k, v in self.headers.items():
             # Repeated headers are joined, not overwritten, so a second Authorization cannot hide.
             k = k.lower()
             headers[k] = f"{headers[k]}, {v}" if k in headers else v
-        self.server.standin.requests.append(
+        (self.server.standin.requests if into is None else into).append(
             Recorded(self.command, self.path, headers, body, self.client_address[1], time.time()))
 
     # --- OpenAI ---------------------------------------------------------------------------
