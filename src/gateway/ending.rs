@@ -3,10 +3,12 @@
 //! request's receipt is committed (API.md, "No answer without its receipt").
 
 use bytes::Bytes;
+use http::header::HeaderValue;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 
+use super::header;
 use super::relay::error_event;
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::pipeline::Cached;
@@ -47,22 +49,14 @@ impl Ending {
     }
 
     fn whole(status: u16, content_type: &str, body: Bytes, headers: &[(&'static str, String)]) -> Ending {
-        let build = || -> pingora::Result<ResponseHeader> {
-            let mut h = ResponseHeader::build(status, Some(2 + headers.len()))?;
-            h.insert_header("content-type", content_type)?;
-            h.insert_header("content-length", body.len().to_string())?;
-            for (k, v) in headers {
-                h.insert_header(*k, v.as_str())?;
-            }
-            Ok(h)
+        let mut map = header::map(2 + headers.len());
+        match HeaderValue::from_str(content_type) {
+            Ok(v) => map.insert(http::header::CONTENT_TYPE, v),
+            Err(_) => map.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
         };
-        match build() {
-            Ok(h) => Ending::Whole(Box::new(h), body),
-            Err(e) => {
-                log::error!("could not build an answer header: {e}");
-                Ending::Abort
-            }
-        }
+        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        header::set_ours(&mut map, headers);
+        Ending::Whole(Box::new(header::response(status, map)), body)
     }
 
     /// What the client gets instead when the receipt could not be committed: never a clean

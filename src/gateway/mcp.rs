@@ -20,6 +20,7 @@ use pingora::proxy::Session;
 use serde_json::Value;
 
 use super::ending::Ending;
+use super::header;
 use super::relay::UpstreamOutcome;
 use super::sse::{event_data, SseSplitter};
 use super::{body, header_str, Ctx, Gateway};
@@ -573,17 +574,11 @@ fn sse_event(data: &Value) -> Bytes {
 }
 
 fn answer_header(resp: &UpstreamResponse<'_>, status: u16, ours: &[(&'static str, String)]) -> ResponseHeader {
-    let mut header = ResponseHeader::build(status, Some(resp.header().headers.len() + ours.len()))
-        .unwrap_or_else(|_| ResponseHeader::build(502, None).expect("a fixed status builds"));
-    for (name, value) in resp.header().headers.iter() {
-        if !HOP_HEADERS.contains(&name.as_str()) {
-            let _ = header.append_header(name.clone(), value.clone());
-        }
-    }
-    for (k, v) in ours {
-        let _ = header.insert_header(*k, v.as_str());
-    }
-    header
+    let upstream = &resp.header().headers;
+    let mut map = header::map(upstream.len() + ours.len() + 1);
+    header::copy_end_to_end(&mut map, upstream, HOP_HEADERS);
+    header::set_ours(&mut map, ours);
+    header::response(status, map)
 }
 
 #[cfg(test)]

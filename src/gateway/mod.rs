@@ -10,6 +10,7 @@ mod aside;
 mod body;
 mod catalog;
 mod ending;
+mod header;
 mod mcp;
 mod relay;
 mod request;

@@ -4,11 +4,12 @@
 //! the receipt is committed.
 
 use bytes::{Bytes, BytesMut};
-use pingora::http::ResponseHeader;
+use http::header::{HeaderMap, HeaderValue};
 use pingora::proxy::Session;
 use serde_json::Value;
 
 use super::ending::Ending;
+use super::header;
 use super::responses::{self, SaidText};
 use super::sse::{event_data, SseSplitter};
 use crate::error::{ApiError, ErrorKind, Flavor};
@@ -127,22 +128,18 @@ const ERROR_BODY_CAP: usize = 64 << 10;
 const HOP_HEADERS: &[&str] =
     &["connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "alt-svc", "proxy-connection"];
 
-fn answer_header(resp: &UpstreamResponse<'_>, status: u16, plan: &RelayPlan<'_>) -> Option<ResponseHeader> {
-    let mut header = ResponseHeader::build(status, Some(resp.header().headers.len() + plan.headers.len() + 1)).ok()?;
-    for (name, value) in resp.header().headers.iter() {
-        if !HOP_HEADERS.contains(&name.as_str()) {
-            let _ = header.append_header(name.clone(), value.clone());
-        }
-    }
+/// The answer's header fields: the provider's end-to-end ones, then ours (see `header`).
+fn answer_fields(resp: &UpstreamResponse<'_>, plan: &RelayPlan<'_>) -> HeaderMap {
+    let upstream = &resp.header().headers;
+    let mut map = header::map(upstream.len() + plan.headers.len() + 1);
+    header::copy_end_to_end(&mut map, upstream, HOP_HEADERS);
     if plan.translation.is_some() {
         // The answer is the client's format now, not the provider's.
         let content_type = if plan.stream { "text/event-stream" } else { "application/json" };
-        let _ = header.insert_header(http::header::CONTENT_TYPE, content_type);
+        map.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
-    for (k, v) in plan.headers {
-        let _ = header.insert_header(*k, v.as_str());
-    }
-    Some(header)
+    header::set_ours(&mut map, plan.headers);
+    map
 }
 
 fn content_type(resp: &UpstreamResponse<'_>) -> String {
@@ -280,8 +277,9 @@ async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan:
             }
         }
     }
-    let Some(mut header) = answer_header(&resp, status, &plan) else { return out };
-    let _ = header.insert_header(http::header::CONTENT_LENGTH, sent.len().to_string());
+    let mut fields = answer_fields(&resp, &plan);
+    fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(sent.len()));
+    let header = header::response(status, fields);
     if plan.capture_limit.is_some_and(|l| sent.len() <= l) {
         let content_type = match plan.translation {
             Some(_) => "application/json".to_string(),
@@ -328,16 +326,17 @@ async fn relay_passthrough(
     // A relay that may rewrite chunks cannot promise the upstream's length.
     let upstream_len =
         resp.header().headers.get(http::header::CONTENT_LENGTH).cloned().filter(|_| !plan.cx.scan_answer);
-    let Some(mut header) = answer_header(&resp, out.status, plan) else { return out };
+    let mut fields = answer_fields(&resp, plan);
     match upstream_len {
         Some(len) => {
-            let _ = header.insert_header(http::header::CONTENT_LENGTH, len);
+            fields.insert(http::header::CONTENT_LENGTH, len);
         }
         None if !session.is_http2() => {
-            let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+            fields.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         }
         None => {}
     }
+    let header = header::response(out.status, fields);
     if session.write_response_header(Box::new(header), false).await.is_err() {
         out.ending = Ending::Gone;
         return out;
@@ -393,11 +392,11 @@ async fn relay_events(session: &mut Session, mut resp: UpstreamResponse<'_>, mut
     let status = resp.header().status.as_u16();
     let stream = Some((plan.dialect, plan.flavor));
     let mut out = Relayed::unfinished(status);
-    let Some(mut header) = answer_header(&resp, status, &plan) else { return out };
+    let mut fields = answer_fields(&resp, &plan);
     if !session.is_http2() {
-        let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+        fields.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
-    if session.write_response_header(Box::new(header), false).await.is_err() {
+    if session.write_response_header(Box::new(header::response(status, fields)), false).await.is_err() {
         out.ending = Ending::Gone;
         return out;
     }

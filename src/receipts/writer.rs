@@ -378,7 +378,8 @@ impl ReceiptWriter {
             }
             // Let whatever else is runnable on this core go first (requests about to queue
             // their drafts); alone on its core the writer goes on at once. Under load batches
-            // grew from ~7 to ~9 receipts, and an idle gateway waits for nothing.
+            // grew from ~7 to ~9 receipts, and an idle gateway waits for nothing. (Session 33,
+            // without it: no less CPU a receipt, flat out 0.49–0.54x against 0.52–0.55x.)
             std::thread::yield_now();
             let mut batch = self.take(first);
             let mut retry = Retry::new(self.commit_timeout);

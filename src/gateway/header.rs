@@ -1,0 +1,106 @@
+//! Answer headers, built on `http`'s header map and handed to Pingora whole.
+//!
+//! Pingora's `ResponseHeader::build` keeps a second map of every name's original case, and each
+//! `insert_header`/`append_header` turns the name into bytes (title-casing a `HeaderName`),
+//! parses it back and inserts it in both maps. An answer carries the provider's headers plus
+//! ours (ids, rate-limit state). Here the provider's names are moved over as they are and ours
+//! parsed once, and the upstream request is built without the case map too
+//! (`upstream::UpstreamClient::send`). Measured in the load benchmark with every check on,
+//! same binary, A/B interleaved (session 33, a slowed VM): the Pingora threads' CPU a request
+//! fell by 4–12 µs (75–87 → 62–82 µs), throughput 0.45–0.55x → 0.48–0.62x bare Pingora's. The
+//! names go out in lower case (HTTP field names are case-insensitive; HTTP/2 sends them so).
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+use pingora::http::ResponseHeader;
+
+/// A header map with room for `n` fields.
+pub(super) fn map(n: usize) -> HeaderMap {
+    HeaderMap::with_capacity(n)
+}
+
+/// Sets each of `ours` on `map` (replacing what the provider sent under that name). A name or
+/// value that is not a valid header is skipped and logged: ours are fixed names and values we
+/// format, so it does not happen.
+pub(super) fn set_ours(map: &mut HeaderMap, ours: &[(&'static str, String)]) {
+    for (k, v) in ours {
+        match (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            (Ok(name), Ok(value)) => {
+                map.insert(name, value);
+            }
+            _ => log::error!("answer header {k} not sent: not a valid header"),
+        }
+    }
+}
+
+/// The provider's answer headers, except those that describe its hop.
+pub(super) fn copy_end_to_end(map: &mut HeaderMap, from: &HeaderMap, hop: &[&str]) {
+    for (name, value) in from {
+        if !hop.contains(&name.as_str()) {
+            map.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// The response header Pingora writes: `status` and `map`, no case map. An invalid status
+/// (outside 100–999) becomes 502.
+pub(super) fn response(status: u16, map: HeaderMap) -> ResponseHeader {
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    parts.headers = map;
+    ResponseHeader::from(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast build writes the same header block as Pingora's own builder, names aside
+    /// (lower case): the reference path pins it.
+    #[test]
+    fn the_fast_build_writes_what_pingoras_builder_writes() {
+        let mut upstream = HeaderMap::new();
+        upstream.insert("content-type", HeaderValue::from_static("application/json"));
+        upstream.insert("connection", HeaderValue::from_static("keep-alive"));
+        upstream.append("x-provider", HeaderValue::from_static("a"));
+        upstream.append("x-provider", HeaderValue::from_static("b"));
+        upstream.insert("x-request-id", HeaderValue::from_static("theirs"));
+        let ours = [("x-request-id", "req-1".to_string()), ("x-ratelimit-limit-requests", "60".to_string())];
+
+        let mut reference = ResponseHeader::build(200, None).unwrap();
+        for (name, value) in &upstream {
+            if name.as_str() != "connection" {
+                reference.append_header(name.clone(), value.clone()).unwrap();
+            }
+        }
+        for (k, v) in &ours {
+            reference.insert_header(*k, v.as_str()).unwrap();
+        }
+
+        let mut m = map(8);
+        copy_end_to_end(&mut m, &upstream, &["connection"]);
+        set_ours(&mut m, &ours);
+        let fast = response(200, m);
+
+        let wire = |h: &ResponseHeader| {
+            let mut buf = Vec::new();
+            h.header_to_h1_wire(&mut buf);
+            let mut lines: Vec<String> =
+                String::from_utf8(buf).unwrap().lines().map(|l| l.to_ascii_lowercase()).collect();
+            lines.sort();
+            lines
+        };
+        assert_eq!(wire(&fast), wire(&reference));
+        assert_eq!(fast.status, 200);
+        assert!(wire(&fast).contains(&"x-request-id: req-1".to_string()), "ours replace the provider's");
+        assert_eq!(fast.headers.get_all("x-provider").iter().count(), 2);
+        assert_eq!(response(42, HeaderMap::new()).status, 502);
+    }
+
+    #[test]
+    fn an_invalid_value_of_ours_is_skipped() {
+        let mut m = map(2);
+        set_ours(&mut m, &[("x-a", "ok".into()), ("x-b", "bad\nvalue".into())]);
+        assert_eq!(m.len(), 1);
+    }
+}
