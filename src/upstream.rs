@@ -530,7 +530,8 @@ pub(crate) mod tests {
         assert_eq!(&answer.read_all(1024).await.unwrap()[..], b"over tls!");
         let got = String::from_utf8(server.await.unwrap()).unwrap();
         assert!(got.starts_with("POST /v1/chat/completions HTTP/1.1\r\n"), "{got}");
-        assert!(got.contains(&format!("\r\nhost: 127.0.0.1:{port}\r\n")), "{got}");
+        // Built without a case map, standard names go out title-cased, as Pingora writes them.
+        assert!(got.contains(&format!("\r\nHost: 127.0.0.1:{port}\r\n")), "{got}");
         assert!(got.ends_with(&format!("\r\n\r\n{}", std::str::from_utf8(&body).unwrap())), "{got}");
         let _ = std::fs::remove_dir_all(dir);
     }
