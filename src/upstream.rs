@@ -206,8 +206,8 @@ impl UpstreamClient {
         };
         let length = (method != "GET" || !body.is_empty()).then(|| body.len().to_string());
         // Built once: it is only read when written, so a retry writes the same header again.
-        // Without Pingora's case map (names go out in lower case): each insert would also parse
-        // and store the name a second time (see `gateway::header`).
+        // Without Pingora's case map (standard names then go out title-cased, others as given):
+        // with it each insert would also store the name a second time (see `gateway::header`).
         let mut req = RequestHeader::build_no_case(method, path.as_bytes(), Some(headers.len() + 2))
             .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
         let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));

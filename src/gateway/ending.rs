@@ -3,7 +3,7 @@
 //! request's receipt is committed (API.md, "No answer without its receipt").
 
 use bytes::Bytes;
-use http::header::HeaderValue;
+use http::header::{HeaderMap, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
@@ -49,7 +49,7 @@ impl Ending {
     }
 
     fn whole(status: u16, content_type: &str, body: Bytes, headers: &[(&'static str, String)]) -> Ending {
-        let mut map = header::map(2 + headers.len());
+        let mut map = HeaderMap::with_capacity(2 + headers.len());
         match HeaderValue::from_str(content_type) {
             Ok(v) => map.insert(http::header::CONTENT_TYPE, v),
             Err(_) => map.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),

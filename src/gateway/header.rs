@@ -16,10 +16,9 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 use pingora::http::ResponseHeader;
 
-/// A header map with room for `n` fields.
-pub(super) fn map(n: usize) -> HeaderMap {
-    HeaderMap::with_capacity(n)
-}
+/// Response headers that describe the upstream hop, not the answer.
+const HOP_HEADERS: &[&str] =
+    &["connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "alt-svc", "proxy-connection"];
 
 /// Sets each of `ours` on `map` (replacing what the provider sent under that name). A name or
 /// value that is not a valid header is skipped and logged: ours are fixed names and values we
@@ -36,9 +35,9 @@ pub(super) fn set_ours(map: &mut HeaderMap, ours: &[(&'static str, String)]) {
 }
 
 /// The provider's answer headers, except those that describe its hop.
-pub(super) fn copy_end_to_end(map: &mut HeaderMap, from: &HeaderMap, hop: &[&str]) {
+pub(super) fn copy_end_to_end(map: &mut HeaderMap, from: &HeaderMap) {
     for (name, value) in from {
-        if !hop.contains(&name.as_str()) {
+        if !HOP_HEADERS.contains(&name.as_str()) {
             map.append(name.clone(), value.clone());
         }
     }
@@ -71,7 +70,7 @@ mod tests {
 
         let mut reference = ResponseHeader::build(200, None).unwrap();
         for (name, value) in &upstream {
-            if name.as_str() != "connection" {
+            if !HOP_HEADERS.contains(&name.as_str()) {
                 reference.append_header(name.clone(), value.clone()).unwrap();
             }
         }
@@ -79,8 +78,8 @@ mod tests {
             reference.insert_header(*k, v.as_str()).unwrap();
         }
 
-        let mut m = map(8);
-        copy_end_to_end(&mut m, &upstream, &["connection"]);
+        let mut m = HeaderMap::with_capacity(8);
+        copy_end_to_end(&mut m, &upstream);
         set_ours(&mut m, &ours);
         let fast = response(200, m);
 
@@ -101,7 +100,7 @@ mod tests {
 
     #[test]
     fn an_invalid_value_of_ours_is_skipped() {
-        let mut m = map(2);
+        let mut m = HeaderMap::with_capacity(2);
         set_ours(&mut m, &[("x-a", "ok".into()), ("x-b", "bad\nvalue".into())]);
         assert_eq!(m.len(), 1);
     }

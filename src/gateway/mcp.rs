@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use http::header::HeaderMap;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde_json::Value;
@@ -38,10 +39,6 @@ const WHOLE_BODY_CAP: usize = 16 << 20;
 
 /// Request headers of the MCP transport passed to the server as the client sent them.
 const PASSED_REQUEST_HEADERS: &[&str] = &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
-
-/// Answer headers that describe the upstream hop, not the answer.
-const HOP_HEADERS: &[&str] =
-    &["connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "alt-svc", "proxy-connection"];
 
 /// The server name of an `/mcp/{server}` path.
 pub fn server_name(path: &str) -> Option<String> {
@@ -575,8 +572,8 @@ fn sse_event(data: &Value) -> Bytes {
 
 fn answer_header(resp: &UpstreamResponse<'_>, status: u16, ours: &[(&'static str, String)]) -> ResponseHeader {
     let upstream = &resp.header().headers;
-    let mut map = header::map(upstream.len() + ours.len() + 1);
-    header::copy_end_to_end(&mut map, upstream, HOP_HEADERS);
+    let mut map = HeaderMap::with_capacity(upstream.len() + ours.len() + 1);
+    header::copy_end_to_end(&mut map, upstream);
     header::set_ours(&mut map, ours);
     header::response(status, map)
 }

@@ -124,15 +124,11 @@ const WHOLE_BODY_CAP: usize = 16 << 20;
 /// How much of a provider's error answer is read for its message.
 const ERROR_BODY_CAP: usize = 64 << 10;
 
-/// Response headers that describe the upstream hop, not the answer.
-const HOP_HEADERS: &[&str] =
-    &["connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "alt-svc", "proxy-connection"];
-
 /// The answer's header fields: the provider's end-to-end ones, then ours (see `header`).
 fn answer_fields(resp: &UpstreamResponse<'_>, plan: &RelayPlan<'_>) -> HeaderMap {
     let upstream = &resp.header().headers;
-    let mut map = header::map(upstream.len() + plan.headers.len() + 1);
-    header::copy_end_to_end(&mut map, upstream, HOP_HEADERS);
+    let mut map = HeaderMap::with_capacity(upstream.len() + plan.headers.len() + 1);
+    header::copy_end_to_end(&mut map, upstream);
     if plan.translation.is_some() {
         // The answer is the client's format now, not the provider's.
         let content_type = if plan.stream { "text/event-stream" } else { "application/json" };
