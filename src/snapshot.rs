@@ -298,7 +298,7 @@ impl SnapshotHandle {
             api_policies.insert(row.id, compiled);
         }
         let files = self.files.current().compiled();
-        let policies = crate::policy::compiled::build_all(&tenants, &by_tenant, &files);
+        let policies = crate::policy::compiled::build_all(&tenants, &by_tenant, &files, &old.policies);
         let tenant_names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
         let packs = tenant_pack_sets(&old, pack_rows);
         let tool_servers = tool_servers(&old, &self.master, tool_rows);
@@ -383,4 +383,50 @@ fn tenant_pack_sets(old: &Snapshot, rows: Vec<store::packs::PackRow>) -> HashMap
         by_tenant.entry(row.tenant_id).or_default().push(parsed);
     }
     by_tenant.into_iter().map(|(t, packs)| (t, Arc::new(PackSet::with_tenant_packs(packs)))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pricing::Pricing;
+    use crate::store::policies::PolicyInput;
+
+    const GUARDED: &str = "guardrails:\n  applyTo: [request]\n  pii: {email: redact}\n";
+
+    /// A refresh that finds the same policies keeps the merged policy (and its compiled
+    /// guardrails) as it was; a changed policy is merged anew.
+    #[test]
+    fn a_refresh_keeps_a_tenant_policy_whose_sources_did_not_change() {
+        let dir = std::env::temp_dir().join(format!("tollgate-snap-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("s.db").display());
+        store::db_runtime().block_on(async {
+            let store = Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            let tenant = store::tenants::create(&store, "acme").await.unwrap();
+            let input = |yaml: &str| PolicyInput { name: "p".into(), enabled: true, yaml: yaml.into() };
+            let p = store::policies::insert(&store, &tenant.id, input(GUARDED)).await.unwrap();
+
+            let mut config = Config::default();
+            config.policies.dir = dir.join("no-policy-files");
+            let config = Arc::new(config);
+            let pricing = Arc::new(Pricing::from_config(&config).unwrap());
+            let master = Arc::new(MasterKey::from_bytes(&[3; 32]));
+            let handle = SnapshotHandle::new(Snapshot::empty(config, pricing), store.clone(), master);
+
+            handle.rebuild().await.unwrap();
+            let first = handle.load().policy(&tenant.id);
+            assert!(first.guardrails().is_some(), "the policy is in force");
+            handle.rebuild().await.unwrap();
+            assert!(Arc::ptr_eq(&first, &handle.load().policy(&tenant.id)), "unchanged: the same merged policy");
+
+            let edited = GUARDED.replace("redact", "block");
+            store::policies::replace(&store, &tenant.id, &p.id, input(&edited)).await.unwrap().unwrap();
+            handle.rebuild().await.unwrap();
+            let after = handle.load().policy(&tenant.id);
+            assert!(!Arc::ptr_eq(&first, &after), "changed: merged anew");
+            assert_ne!(first.id(), after.id());
+        });
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
