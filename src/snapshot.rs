@@ -397,12 +397,8 @@ mod tests {
     /// guardrails) as it was; a changed policy is merged anew.
     #[test]
     fn a_refresh_keeps_a_tenant_policy_whose_sources_did_not_change() {
-        let dir = std::env::temp_dir().join(format!("tollgate-snap-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("s.db").display());
+        let (store, dir) = store::temp_sqlite("snapshot");
         store::db_runtime().block_on(async {
-            let store = Store::connect(&url).await.unwrap();
-            store.migrate().await.unwrap();
             let tenant = store::tenants::create(&store, "acme").await.unwrap();
             let input = |yaml: &str| PolicyInput { name: "p".into(), enabled: true, yaml: yaml.into() };
             let p = store::policies::insert(&store, &tenant.id, input(GUARDED)).await.unwrap();

@@ -552,24 +552,13 @@ mod tests {
     use super::*;
     use crate::store::receipts::tests::draft;
 
-    fn sqlite_store() -> (Store, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("tollgate-writer-{}", uuid::Uuid::new_v4().simple()));
-        let url = format!("sqlite://{}", dir.join("r.db").display());
-        let store = store::db_runtime().block_on(async {
-            let store = Store::connect(&url).await.unwrap();
-            store.migrate().await.unwrap();
-            store
-        });
-        (store, dir)
-    }
-
     /// A request alone in flight commits its own receipt on its thread: with no writer
     /// running, it is in the database when `commit_here` returns. With another request in
     /// flight, or a draft queued, it is handed back for the writer's batch, and nothing is
     /// written.
     #[test]
     fn a_request_alone_in_flight_commits_its_own_receipt() {
-        let (store, dir) = sqlite_store();
+        let (store, dir) = store::temp_sqlite("writer");
         let signer = Arc::new(Signer::from_seed(&[7u8; 32]));
         let (queue, writer) = channel(store.clone(), signer, Duration::from_secs(5), Duration::ZERO).unwrap();
         let count = || store::db_runtime().block_on(store::receipts::count_all(&store)).unwrap();

@@ -319,6 +319,20 @@ pub fn now_ts() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
+/// For unit tests: a new SQLite store, connected and migrated, in a temp directory of its own
+/// (returned, for the caller to remove).
+#[cfg(test)]
+pub(crate) fn temp_sqlite(label: &str) -> (Store, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tollgate-{label}-{}", uuid::Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}", dir.join("t.db").display());
+    let store = db_runtime().block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    });
+    (store, dir)
+}
+
 #[cfg(test)]
 mod tests {
     use sqlx::{Connection, Row};
