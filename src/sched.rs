@@ -161,6 +161,7 @@ mod tests {
     }
 
     /// Custom slices for fair-class threads came with Linux 6.12.
+    #[cfg(target_os = "linux")]
     fn kernel_has_custom_slices() -> bool {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
