@@ -53,35 +53,6 @@ pub fn set_idle(tid: i32, idle: bool) {
     let _ = (tid, idle);
 }
 
-/// `struct sched_attr` as `sched_setattr(2)` takes it (`SCHED_ATTR_SIZE_VER1`, 56 bytes).
-#[cfg(target_os = "linux")]
-#[repr(C)]
-#[derive(Default)]
-struct SchedAttr {
-    size: u32,
-    policy: u32,
-    flags: u64,
-    nice: i32,
-    priority: u32,
-    /// For a fair-class thread (`SCHED_OTHER`, `SCHED_BATCH`) on Linux 6.12 and later: its
-    /// slice in nanoseconds (0: the default; the kernel clamps to 0.1–100 ms). Older kernels
-    /// ignore it.
-    runtime: u64,
-    deadline: u64,
-    period: u64,
-    util_min: u32,
-    util_max: u32,
-}
-
-#[cfg(target_os = "linux")]
-fn get_attr() -> Option<SchedAttr> {
-    let mut attr = SchedAttr::default();
-    let size = std::mem::size_of::<SchedAttr>() as libc::c_uint;
-    // SAFETY: the kernel writes at most `size` bytes into `attr`, a live, writable sched_attr.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut SchedAttr, size, 0) };
-    (rc == 0).then_some(attr)
-}
-
 /// Asks Linux (6.12 and later, EEVDF) for a short time slice for the calling thread, keeping
 /// its policy and nice level; its share of CPU time does not change, only how soon it runs
 /// after waking. Returns the slice the kernel now reports, or None where the kernel has no
@@ -98,33 +69,32 @@ fn get_attr() -> Option<SchedAttr> {
 pub fn set_slice(slice: std::time::Duration) -> Option<std::time::Duration> {
     #[cfg(target_os = "linux")]
     {
-        let mut attr = get_attr()?;
-        attr.size = std::mem::size_of::<SchedAttr>() as u32;
-        attr.flags = 0;
-        attr.runtime = u64::try_from(slice.as_nanos()).unwrap_or(u64::MAX);
+        let size = std::mem::size_of::<libc::sched_attr>() as libc::c_uint;
+        let get = |attr: &mut libc::sched_attr| {
+            // SAFETY: the kernel writes at most `size` bytes into `attr`, a live sched_attr.
+            unsafe { libc::syscall(libc::SYS_sched_getattr, 0, attr as *mut libc::sched_attr, size, 0) == 0 }
+        };
+        // SAFETY: sched_attr is plain integers; all zeros is a valid value.
+        let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+        if !get(&mut attr) {
+            return None;
+        }
+        attr.size = size;
+        attr.sched_flags = 0;
+        // For a fair-class thread, `sched_runtime` is its slice (0: the default; the kernel
+        // clamps to 0.1–100 ms; kernels before 6.12 ignore it and report 0).
+        attr.sched_runtime = u64::try_from(slice.as_nanos()).unwrap_or(u64::MAX);
         // SAFETY: plain syscall on the calling thread (pid 0) with a valid sched_attr.
-        let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-        if rc != 0 {
+        if unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0) } != 0 {
             log::debug!("sched_setattr (slice) refused: {}", std::io::Error::last_os_error());
             return None;
         }
-        slice_now()
+        let ok = get(&mut attr) && attr.sched_runtime != 0;
+        ok.then(|| std::time::Duration::from_nanos(attr.sched_runtime))
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = slice;
-        None
-    }
-}
-
-/// The calling thread's time slice as the kernel reports it (None: no custom slices here).
-pub fn slice_now() -> Option<std::time::Duration> {
-    #[cfg(target_os = "linux")]
-    {
-        get_attr().filter(|a| a.runtime != 0).map(|a| std::time::Duration::from_nanos(a.runtime))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
         None
     }
 }
