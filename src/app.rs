@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::budget::Ledger;
+use crate::checks::budget::Ledger;
 use crate::config::Config;
 use crate::receipts::signer::Signer;
 use crate::receipts::writer::ReceiptQueue;
-use crate::sealing::MasterKey;
+use crate::secrets::at_rest::MasterKey;
 use crate::snapshot::SnapshotHandle;
 use crate::store::Store;
 use crate::upstream::{Timeouts, UpstreamClient};
@@ -26,9 +26,9 @@ pub struct App {
     pub receipts: ReceiptQueue,
     pub signer: Arc<Signer>,
     /// The exact-match answer cache (outlives policy reloads).
-    pub cache: Arc<crate::cache::AnswerCache>,
+    pub cache: Arc<crate::checks::cache::AnswerCache>,
     /// State shared with the other gateway processes (Redis); `None` in one process.
-    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    pub cluster: Option<Arc<crate::checks::shared::Cluster>>,
     /// OpenTelemetry traces; `None` when off (the default).
     pub telemetry: Option<crate::telemetry::Tracing>,
     pub started: Instant,

@@ -279,11 +279,11 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::CheckConfig { config: arg, packs } => match load(&arg) {
             Ok(cfg) => {
-                if let Err(e) = crate::pricing::Pricing::from_config(&cfg) {
+                if let Err(e) = crate::providers::pricing::Pricing::from_config(&cfg) {
                     return fail(e);
                 }
                 let dir = &cfg.policies.dir;
-                let policies = match crate::policy::files::check_dir(dir) {
+                let policies = match crate::checks::policy::files::check_dir(dir) {
                     Ok(n) => n,
                     Err(e) => return fail(format!("invalid policy file(s):\n{e}")),
                 };

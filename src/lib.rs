@@ -51,40 +51,27 @@
 //! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
 //! - `telemetry`: opt-in OpenTelemetry traces, one GenAI span per gateway request (OTLP/HTTP)
 
-pub mod allocator;
 pub mod app;
 pub mod balance;
-pub mod budget;
-pub mod cache;
+pub mod checks;
 pub mod cli;
-pub mod cluster;
 pub mod compliance;
 pub mod config;
 pub mod error;
 pub mod gateway;
-pub mod guardrails;
 pub mod keys;
 pub mod management;
-pub mod mcp;
 pub mod metrics;
 pub mod notices;
-pub mod policy;
-// One file per check lives in `plugins/` (DESIGN.md §3), compiled into this crate.
-pub mod pipeline;
-#[path = "../plugins/mod.rs"]
-pub mod plugins;
-pub mod pricing;
+pub mod process;
 pub mod prompts;
 pub mod providers;
-pub mod ratelimit;
 pub mod receipts;
-pub mod sched;
-pub mod sealing;
-pub mod secret;
+pub mod secrets;
 pub mod server;
 pub mod snapshot;
 pub mod store;
 pub mod telemetry;
-pub mod translate;
+pub mod tool_servers;
 pub mod upstream;
 pub mod webhooks;

@@ -8,10 +8,10 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    tollgate::allocator::configure();
+    tollgate::process::allocator::configure();
     let filter = std::env::var("TOLLGATE_LOG").unwrap_or_else(|_| "info".to_string());
     env_logger::Builder::new().parse_filters(&filter).format_timestamp_millis().init();
-    if !tollgate::allocator::sqlite_on_mimalloc() {
+    if !tollgate::process::allocator::sqlite_on_mimalloc() {
         log::warn!("SQLite keeps the C library's allocator (it was initialised before the gateway could set it)");
     }
     tollgate::cli::run(tollgate::cli::Cli::parse())

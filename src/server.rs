@@ -12,14 +12,14 @@ use pingora::services::background::{background_service, BackgroundService};
 use pingora::services::listening::Service;
 
 use crate::app::App;
-use crate::budget::Ledger;
+use crate::checks::budget::Ledger;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::management::ManagementApp;
-use crate::pricing::Pricing;
+use crate::providers::pricing::Pricing;
 use crate::receipts::signer::Signer;
 use crate::receipts::writer::ReceiptWriter;
-use crate::sealing::MasterKey;
+use crate::secrets::at_rest::MasterKey;
 use crate::snapshot::{Snapshot, SnapshotHandle};
 use crate::store::{self, Store};
 use crate::upstream::UpstreamClient;
@@ -31,7 +31,7 @@ pub enum StartError {
     #[error("{0}")]
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
-    Seal(#[from] crate::sealing::SealError),
+    Seal(#[from] crate::secrets::at_rest::SealError),
     #[error("{0}")]
     Signer(#[from] crate::receipts::signer::SignerError),
     #[error("cannot listen on {addr} ({what}): {err}")]
@@ -77,8 +77,9 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     }
     let options = crate::receipts::writer::Options { commit_timeout, checkpoint_every, journal };
     let (receipts, writer) = crate::receipts::writer::channel_with(store.clone(), signer.clone(), options)?;
-    let cache = Arc::new(crate::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
-    let cluster = crate::cluster::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
+    let cache =
+        Arc::new(crate::checks::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
+    let cluster = crate::checks::shared::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
         .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
     if let Some(c) = &cluster {
         rt.block_on(c.first_check(&store, &snapshot));
@@ -239,7 +240,7 @@ impl BackgroundService for EarlyExit {
 
 /// Keeps the shared state's health current and its budget spend loaded (`cluster::Cluster::watch`).
 struct SharedStateWatch {
-    cluster: Arc<crate::cluster::Cluster>,
+    cluster: Arc<crate::checks::shared::Cluster>,
     store: Store,
     snapshot: Arc<SnapshotHandle>,
 }

@@ -14,16 +14,16 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
-use crate::budget::BudgetBook;
+use crate::checks::budget::BudgetBook;
+use crate::checks::policy::files::PolicyFiles;
+use crate::checks::policy::{validate, CompiledPolicy, TenantPolicy};
 use crate::compliance::pack::{self, Pack, PackSet, Source};
 use crate::config::{Config, ProviderName};
-use crate::mcp::{self, ToolServer};
-use crate::policy::files::PolicyFiles;
-use crate::policy::{validate, CompiledPolicy, TenantPolicy};
-use crate::pricing::Pricing;
-use crate::sealing::MasterKey;
-use crate::secret::Secret;
+use crate::providers::pricing::Pricing;
+use crate::secrets::at_rest::MasterKey;
+use crate::secrets::Secret;
 use crate::store::{self, keys::KeyRecord, Store, StoreError};
+use crate::tool_servers::{self, ToolServer};
 use crate::upstream::BaseUrl;
 
 /// Per-key state that outlives snapshot rebuilds (the rebuild carries the same Arc over).
@@ -33,9 +33,9 @@ pub struct KeyState {
     pub last_used_ms: AtomicI64,
     pub flushed_ms: AtomicI64,
     /// Requests and tokens per minute (`ratelimit`).
-    pub rate: Arc<crate::ratelimit::Windows>,
+    pub rate: Arc<crate::checks::rate_limit::Windows>,
     /// `count_tokens` calls per minute, apart from `rate` (`limits.count_tokens_rpm`).
-    pub count_tokens: Arc<crate::ratelimit::Windows>,
+    pub count_tokens: Arc<crate::checks::rate_limit::Windows>,
 }
 
 #[derive(Debug)]
@@ -298,7 +298,7 @@ impl SnapshotHandle {
             api_policies.insert(row.id, compiled);
         }
         let files = self.files.current().compiled();
-        let policies = crate::policy::compiled::build_all(&tenants, &by_tenant, &files, &old.policies);
+        let policies = crate::checks::policy::compiled::build_all(&tenants, &by_tenant, &files, &old.policies);
         let tenant_names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
         let packs = tenant_pack_sets(&old, pack_rows);
         let tool_servers = tool_servers(&old, &self.master, tool_rows);
@@ -337,7 +337,14 @@ fn tool_servers(
             .iter()
             .filter_map(|(k, v)| Some((http::HeaderName::from_bytes(k.as_bytes()).ok()?, Secret::new(v.clone()))))
             .collect();
-        match mcp::server(&c.tenant, &c.name, &c.url, headers, mcp::Source::Config, state(&c.tenant, &c.name)) {
+        match tool_servers::server(
+            &c.tenant,
+            &c.name,
+            &c.url,
+            headers,
+            tool_servers::Source::Config,
+            state(&c.tenant, &c.name),
+        ) {
             Ok(s) => {
                 out.entry(c.tenant.clone()).or_default().insert(c.name.clone(), Arc::new(s));
             }
@@ -349,9 +356,9 @@ fn tool_servers(
         if by.contains_key(&row.name) {
             continue;
         }
-        let opened = mcp::open_headers(master, &row.tenant_id, &row.name, &row.sealed_headers).and_then(|h| {
+        let opened = tool_servers::open_headers(master, &row.tenant_id, &row.name, &row.sealed_headers).and_then(|h| {
             let st = state(&row.tenant_id, &row.name);
-            mcp::server(&row.tenant_id, &row.name, &row.url, h, mcp::Source::Api, st)
+            tool_servers::server(&row.tenant_id, &row.name, &row.url, h, tool_servers::Source::Api, st)
         });
         match opened {
             Ok(s) => {
@@ -388,7 +395,7 @@ fn tenant_pack_sets(old: &Snapshot, rows: Vec<store::packs::PackRow>) -> HashMap
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pricing::Pricing;
+    use crate::providers::pricing::Pricing;
     use crate::store::policies::PolicyInput;
 
     const GUARDED: &str = "guardrails:\n  applyTo: [request]\n  pii: {email: redact}\n";

@@ -15,7 +15,7 @@ use sha2::Sha256;
 
 use super::walk::KeyRing;
 use crate::receipts::merkle::Hash;
-use crate::sealing::MasterKey;
+use crate::secrets::at_rest::MasterKey;
 use crate::store::receipts::StoredReceipt;
 
 /// Receipts per memo block: block `k` covers seq `1 + k*len ..= (k+1)*len`.

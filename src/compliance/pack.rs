@@ -10,9 +10,9 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::checks::policy::validate::{find, located};
 use crate::compliance::walk::CHECK_ORDER;
 use crate::config::Origin;
-use crate::policy::validate::{find, located};
 use crate::receipts::CheckName;
 
 /// Names a control may be proven by: the check names of API.md, plus `RECEIPT` (the signed,

@@ -13,7 +13,7 @@ use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use super::memo::{Span, SpanMemo};
-use crate::plugins::ORDER;
+use crate::checks::ORDER;
 use crate::receipts::merkle::{self, Hash, RootBuilder};
 use crate::receipts::signer::{self, RegisteredKey};
 use crate::receipts::{canonical, CheckName, CheckResult, Severity, Term, UpstreamStatus};

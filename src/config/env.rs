@@ -64,7 +64,7 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     text(var, "TOLLGATE_STRIPE_PRICE_ID", &mut cfg.billing.stripe_price_id);
     text(var, "TOLLGATE_STRIPE_API_BASE", &mut cfg.billing.stripe_api_base);
     if let Some(v) = var("TOLLGATE_STRIPE_SECRET_KEY").filter(|v| !v.trim().is_empty()) {
-        cfg.billing.stripe_secret_key = Some(crate::secret::Secret::new(v.trim()));
+        cfg.billing.stripe_secret_key = Some(crate::secrets::Secret::new(v.trim()));
     }
     telemetry(cfg, var)
 }

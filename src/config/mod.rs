@@ -213,7 +213,7 @@ pub struct BillingSection {
     pub stripe_price_id: String,
     pub stripe_api_base: String,
     #[serde(skip)]
-    pub stripe_secret_key: Option<crate::secret::Secret>,
+    pub stripe_secret_key: Option<crate::secrets::Secret>,
 }
 
 impl Default for BillingSection {
@@ -570,13 +570,13 @@ impl Config {
             if t.tenant.trim().is_empty() {
                 return bad(&format!("{field}.tenant"), "must name a tenant id");
             }
-            if let Err(e) = crate::mcp::check_name(&t.name) {
+            if let Err(e) = crate::tool_servers::check_name(&t.name) {
                 return bad(&format!("{field}.name"), &e);
             }
-            if let Err(e) = crate::mcp::ServerUrl::parse(&t.url) {
+            if let Err(e) = crate::tool_servers::ServerUrl::parse(&t.url) {
                 return bad(&format!("{field}.url"), &e);
             }
-            if let Err(e) = crate::mcp::check_headers(t.headers.iter()) {
+            if let Err(e) = crate::tool_servers::check_headers(t.headers.iter()) {
                 return bad(&format!("{field}.headers"), &e);
             }
             if self.tool_servers[..i].iter().any(|o| o.tenant == t.tenant && o.name == t.name) {

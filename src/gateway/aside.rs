@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use super::ending::Ending;
 use super::{body, catalog, relay, routes, Ctx, Gateway};
+use crate::checks::policy::{Decision, Facts};
+use crate::checks::rate_limit;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::policy::{Decision, Facts};
 use crate::providers::{self, Dialect, Target};
-use crate::ratelimit;
 use crate::receipts::Kind;
 use crate::snapshot::KeyEntry;
 
@@ -177,11 +177,11 @@ impl Gateway {
         let headers = ctx.answer_headers();
         let rpm = ctx.snap.config.limits.count_tokens_rpm;
         if rpm > 0 {
-            let ask = ratelimit::TokenAsk::new(0, None, 0);
+            let ask = rate_limit::TokenAsk::new(0, None, 0);
             let now_ms = chrono::Utc::now().timestamp_millis();
             let mut rate_headers = Vec::new();
             if let Err(limited) =
-                ratelimit::acquire(&key.state.count_tokens, Some(rpm), None, ask, now_ms, &mut rate_headers)
+                rate_limit::acquire(&key.state.count_tokens, Some(rpm), None, ask, now_ms, &mut rate_headers)
             {
                 let message = format!("{} (count_tokens has its own limit: limits.count_tokens_rpm)", limited.message);
                 return Err(ApiError::new(ErrorKind::RateLimited, message).with_headers(limited.headers));
@@ -202,7 +202,7 @@ impl Gateway {
         let target = Target::Native { path: &path, stream: false };
         let call = provider.prepare(&env, &cred, target, raw, &client_header).await?;
         let resp = self.send_upstream(ctx, ProviderName::Anthropic, &cred, call).await?;
-        let mut cx = crate::pipeline::Ctx::default();
+        let mut cx = crate::checks::pipeline::Ctx::default();
         let route = (Dialect::Anthropic, Flavor::Anthropic, ProviderName::Anthropic, false);
         Ok(self.relay_aside(session, ctx, resp, route, &headers, &mut cx).await)
     }
@@ -217,7 +217,7 @@ impl Gateway {
         resp: crate::upstream::UpstreamResponse<'_>,
         route: (Dialect, Flavor, ProviderName, bool),
         headers: &[(&'static str, String)],
-        cx: &mut crate::pipeline::Ctx,
+        cx: &mut crate::checks::pipeline::Ctx,
     ) -> Ending {
         let (dialect, flavor, provider, stream) = route;
         let plan = relay::RelayPlan {

@@ -8,8 +8,8 @@
 
 use serde_json::{json, Value};
 
+use crate::checks::policy::{Decision, Facts};
 use crate::error::{ApiError, ErrorKind};
-use crate::policy::{Decision, Facts};
 use crate::providers;
 use crate::receipts::Kind;
 use crate::snapshot::{KeyEntry, Snapshot};

@@ -10,8 +10,8 @@ use pingora::{Error, ErrorType};
 
 use super::header;
 use super::relay::error_event;
+use crate::checks::pipeline::Cached;
 use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::pipeline::Cached;
 use crate::providers::Dialect;
 
 pub enum Ending {

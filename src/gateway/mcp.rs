@@ -25,13 +25,13 @@ use super::header;
 use super::relay::UpstreamOutcome;
 use super::sse::{event_data, SseSplitter};
 use super::{body, header_str, Ctx, Gateway};
+use crate::checks::pipeline::{Exchange, JsonBody, ResponsePiece, Step};
+use crate::checks::policy::{Decision, Facts};
 use crate::error::{ApiError, ErrorKind};
-use crate::mcp::ToolServer;
-use crate::pipeline::{Exchange, JsonBody, ResponsePiece, Step};
-use crate::policy::{Decision, Facts};
 use crate::providers::Dialect;
 use crate::receipts::{CheckResult, Kind};
 use crate::snapshot::{KeyEntry, Snapshot};
+use crate::tool_servers::ToolServer;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// Answers held whole (JSON) up to this size; a larger JSON answer is the server's failure.

@@ -27,16 +27,16 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 
 use crate::app::App;
+use crate::checks::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
 use crate::config::{CommitMode, ProviderName};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::metrics::{self, METRICS};
-use crate::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
+use crate::providers::translate;
 use crate::providers::{self, Dialect, Target, Usage};
 use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, CheckName, CheckResult, Draft, Kind};
 use crate::snapshot::{KeyEntry, ProviderCred, Snapshot};
 use crate::telemetry::RequestSpan;
-use crate::translate;
 use crate::upstream::{UpstreamClient, UpstreamError, UpstreamResponse};
 use aside::Aside;
 use bytes::Bytes;
@@ -56,7 +56,7 @@ impl Gateway {
     pub fn new(app: Arc<App>) -> Self {
         let upstream = UpstreamClient::new(App::upstream_timeouts(&app.config), &app.config.upstream.ca_file);
         let mut pipeline =
-            Pipeline::new(crate::plugins::table(app.ledger.clone(), app.cache.clone(), app.cluster.clone()));
+            Pipeline::new(crate::checks::table(app.ledger.clone(), app.cache.clone(), app.cluster.clone()));
         if let Some(c) = app.cluster.clone() {
             pipeline = pipeline.with_shared(c);
         }
@@ -97,7 +97,7 @@ pub struct Ctx {
     /// The answer as the client got it, for the cache.
     captured: Option<Cached>,
     /// The tool server of a `tools/call` (then the receipt is a `tool_call`).
-    tool: Option<Arc<crate::mcp::ToolServer>>,
+    tool: Option<Arc<crate::tool_servers::ToolServer>>,
     /// The tool answered with `isError: true` (a result, not a JSON-RPC error).
     tool_error: bool,
 }

@@ -12,14 +12,14 @@ use super::ending::Ending;
 use super::header;
 use super::responses::{self, SaidText};
 use super::sse::{event_data, SseSplitter};
+use crate::checks::guardrail::{event_text, set_event_text};
+use crate::checks::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
 use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::guardrails::{event_text, set_event_text};
-use crate::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
 use crate::providers::bedrock::eventstream;
+use crate::providers::translate::ChunkTranslator;
 use crate::providers::usage::{self, Dialect, Usage};
 use crate::providers::Provider;
 use crate::receipts::{CheckResult, UpstreamStatus};
-use crate::translate::ChunkTranslator;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// How the upstream leg ended, for metrics and the receipt.

@@ -19,7 +19,7 @@ pub struct ParsedRequest {
     /// OpenAI's `user` field, when it is a string.
     pub user: Option<String>,
     /// The body as JSON when validating it needed the whole tree (unusual bodies); otherwise
-    /// it is built only if a check asks for it ([`crate::pipeline::JsonBody`]).
+    /// it is built only if a check asks for it ([`crate::checks::pipeline::JsonBody`]).
     pub json: Option<Value>,
     /// Stored responses and items the request names (Responses only): they must be this
     /// tenant's before anything reaches the provider.
@@ -320,7 +320,7 @@ fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderN
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::pricing::Pricing;
+    use crate::providers::pricing::Pricing;
     use std::sync::Arc;
 
     fn snap() -> Snapshot {

@@ -19,9 +19,9 @@ use super::aside::Aside;
 use super::ending::Ending;
 use super::sse::event_data;
 use super::{body, request, routes, Ctx, Gateway};
+use crate::checks::guardrail::plugin as guardrail;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::plugins::guardrail;
 use crate::providers::{self, Dialect, Target};
 use crate::snapshot::KeyEntry;
 use crate::store::{self, Store};
@@ -392,7 +392,7 @@ impl Gateway {
             }
         };
         // The answer-side state lives here, not in `ctx.cx`: nothing of this call is recorded.
-        let mut cx = crate::pipeline::Ctx::default();
+        let mut cx = crate::checks::pipeline::Ctx::default();
         if matches!(aside, Aside::ResponseRetrieve(_)) {
             guardrail::arm_answer_scan(&ctx.snap, tenant, &mut cx);
         }

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use super::openapi::{Authenticated, Manager, Missing, PageQuery};
 use super::{page_limit, paginate, usd, Caller, Handled, Page, Reply, Req};
 use crate::app::App;
-use crate::budget::Period;
+use crate::checks::budget::Period;
 use crate::error::ApiError;
 use crate::store::{self, budgets::Budget};
 

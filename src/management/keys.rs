@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use super::openapi::{Authenticated, Manager, Missing};
 use super::{page_limit, paginate, present, tenant_team, usd, Caller, Handled, Page, Reply, Req};
 use crate::app::App;
-use crate::budget::Period;
+use crate::checks::budget::Period;
 use crate::error::ApiError;
 use crate::store::{self, keys::KeyRecord, keys::NewKey};
 

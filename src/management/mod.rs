@@ -57,7 +57,7 @@ impl ManagementApp {
 pub struct Caller {
     pub key: Arc<KeyEntry>,
     /// The key as presented (a prompt run sends it on to the gateway, which checks it again).
-    pub presented: crate::secret::Secret,
+    pub presented: crate::secrets::Secret,
 }
 
 impl Caller {
@@ -264,7 +264,7 @@ impl ManagementApp {
         let presented = bearer(session).ok_or_else(ApiError::unauthorized)?;
         let key = snap.key(&presented).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
-        let caller = Caller { key, presented: crate::secret::Secret::new(presented) };
+        let caller = Caller { key, presented: crate::secrets::Secret::new(presented) };
         let body = read_body(session, self.app.config.limits.management_max_body_bytes).await?;
         nul::check_request(&segments, &query)?;
         let req = Req { method, segments, query, body };

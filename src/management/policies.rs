@@ -8,9 +8,9 @@ use utoipa::ToSchema;
 use super::openapi::{string_enum, Authenticated, Conflicting, Manager, Missing, PageQuery};
 use super::{Caller, Handled, Page, Reply, Req};
 use crate::app::App;
+use crate::checks::policy::files::FilePolicy;
+use crate::checks::policy::validate;
 use crate::error::{ApiError, ErrorKind};
-use crate::policy::files::FilePolicy;
-use crate::policy::validate;
 use crate::store::{self, policies::PolicyInput, policies::PolicyRecord};
 
 const FILE_PREFIX: &str = "file:";

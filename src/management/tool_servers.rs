@@ -11,8 +11,8 @@ use super::openapi::{string_enum, Authenticated, Conflicting, Manager, Missing};
 use super::{Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
-use crate::mcp::{self, Source};
 use crate::store::tool_servers::{self, ToolServerRow};
+use crate::tool_servers::{self as registry, Source};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -75,9 +75,9 @@ fn invalid(field: &str, why: String) -> ApiError {
 pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateToolServer = req.json()?;
-    mcp::check_name(&body.name).map_err(|e| invalid("name", e))?;
-    mcp::ServerUrl::parse(&body.url).map_err(|e| invalid("url", e))?;
-    mcp::check_headers(body.headers.iter()).map_err(|e| ApiError::invalid(format!("field `headers`: {e}")))?;
+    registry::check_name(&body.name).map_err(|e| invalid("name", e))?;
+    registry::ServerUrl::parse(&body.url).map_err(|e| invalid("url", e))?;
+    registry::check_headers(body.headers.iter()).map_err(|e| ApiError::invalid(format!("field `headers`: {e}")))?;
     let taken = || {
         ApiError::new(
             ErrorKind::Conflict,
@@ -101,7 +101,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
         tenant_id: caller.tenant().to_string(),
         name: body.name.clone(),
         url: body.url.trim().to_string(),
-        sealed_headers: mcp::seal_headers(&app.master, caller.tenant(), &body.name, &headers),
+        sealed_headers: registry::seal_headers(&app.master, caller.tenant(), &body.name, &headers),
         header_names: names.join(","),
         created_at: String::new(),
     };

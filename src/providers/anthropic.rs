@@ -1,5 +1,5 @@
 //! Anthropic Messages: `x-api-key` and `anthropic-version`; OpenAI-shaped requests translated
-//! by [`crate::translate`].
+//! by [`crate::providers::translate`].
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::{api_key, base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::ApiError;
+use crate::providers::translate::{self, ChunkTranslator, StreamTranslator, TranslateError};
 use crate::snapshot::ProviderCred;
-use crate::translate::{self, ChunkTranslator, StreamTranslator, TranslateError};
 
 const FORWARD: &[&str] = &["anthropic-beta"];
 

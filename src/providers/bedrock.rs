@@ -1,5 +1,5 @@
 //! AWS Bedrock (Converse): SigV4 with the stored access keys, service `bedrock`; streams in
-//! AWS event-stream frames; OpenAI-shaped requests translated by [`crate::translate::converse`].
+//! AWS event-stream frames; OpenAI-shaped requests translated by [`crate::providers::translate::converse`].
 //!
 //! - [`sign`]: AWS Signature Version 4 over the upstream request (the `aws-sigv4` crate, set up
 //!   the way botocore signs `bedrock-runtime`, so a request the gateway sends verifies exactly
@@ -17,8 +17,8 @@ use serde_json::Value;
 use super::{base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
+use crate::providers::translate::{converse, ChunkTranslator, TranslateError};
 use crate::snapshot::{ProviderAuth, ProviderCred};
-use crate::translate::{converse, ChunkTranslator, TranslateError};
 
 pub struct Bedrock;
 

@@ -11,6 +11,8 @@ pub mod anthropic;
 pub mod bedrock;
 pub mod credentials;
 pub mod openai;
+pub mod pricing;
+pub mod translate;
 pub mod usage;
 pub mod vertex;
 pub mod vertex_auth;
@@ -21,8 +23,8 @@ use serde_json::Value;
 
 use crate::config::{Config, ProviderName};
 use crate::error::ApiError;
+use crate::providers::translate::{ChunkTranslator, TranslateError};
 use crate::snapshot::ProviderCred;
-use crate::translate::{ChunkTranslator, TranslateError};
 pub use usage::{Dialect, Usage};
 use vertex_auth::TokenCache;
 
@@ -142,7 +144,7 @@ pub(crate) fn base_headers(forward: &[&'static str], client_header: &ClientHeade
 }
 
 /// The credential's API key, or the error that says it has none.
-pub(crate) fn api_key(cred: &ProviderCred) -> Result<&crate::secret::Secret, ApiError> {
+pub(crate) fn api_key(cred: &ProviderCred) -> Result<&crate::secrets::Secret, ApiError> {
     match &cred.auth {
         crate::snapshot::ProviderAuth::ApiKey(k) => Ok(k),
         _ => Err(ApiError::new(

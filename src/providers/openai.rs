@@ -7,8 +7,8 @@ use serde_json::Value;
 use super::{api_key, base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::ApiError;
+use crate::providers::translate::{ChunkTranslator, TranslateError};
 use crate::snapshot::ProviderCred;
-use crate::translate::{ChunkTranslator, TranslateError};
 
 /// Client headers worth forwarding. Everything else (auth, cookies, SDK telemetry, hop-by-hop)
 /// stays at the gateway.

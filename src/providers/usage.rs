@@ -4,7 +4,7 @@ use serde_json::Value;
 
 /// What one answer used, as the provider billed it. `prompt_tokens` and `completion_tokens` are
 /// the totals receipts, limits and metrics count; the other members say which part of those
-/// totals is priced at another rate ([`crate::pricing::Pricing::cost`]).
+/// totals is priced at another rate ([`crate::providers::pricing::Pricing::cost`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     /// Every input token: uncached, read from the provider's prompt cache, and written to it.
@@ -276,7 +276,7 @@ fn from_usage(dialect: Dialect, u: &Value) -> Option<Usage> {
 pub fn from_value(dialect: Dialect, v: &Value) -> Option<Usage> {
     match dialect {
         Dialect::Converse => crate::providers::bedrock::eventstream::usage_counts(v.get("usage")?),
-        Dialect::Gemini => crate::translate::gemini::usage_of(v),
+        Dialect::Gemini => crate::providers::translate::gemini::usage_of(v),
         _ => from_usage(dialect, v.get("usage")?),
     }
 }

@@ -1,6 +1,6 @@
 //! Google Vertex AI (Gemini `generateContent`): a bearer access token minted from the stored
 //! service account ([`super::vertex_auth`]); streams as SSE (`alt=sse`); OpenAI-shaped
-//! requests translated by [`crate::translate::gemini`].
+//! requests translated by [`crate::providers::translate::gemini`].
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::{base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
+use crate::providers::translate::{gemini, ChunkTranslator, TranslateError};
 use crate::snapshot::{ProviderAuth, ProviderCred};
-use crate::translate::{gemini, ChunkTranslator, TranslateError};
 
 pub struct Vertex;
 

@@ -17,7 +17,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::Value;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::secret::Secret;
+use crate::secrets::Secret;
 use crate::upstream::{BaseUrl, UpstreamClient, UpstreamError};
 
 /// The scope Vertex AI accepts (Google's documented scope for the Vertex REST API).

@@ -55,7 +55,7 @@ impl Signer {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut seed = [0u8; 32];
                 getrandom::getrandom(&mut seed).map_err(|e| err(e.to_string()))?;
-                crate::sealing::write_private_file(path, B64.encode(seed).as_bytes())
+                crate::secrets::at_rest::write_private_file(path, B64.encode(seed).as_bytes())
                     .map_err(|e| err(e.to_string()))?;
                 Ok(Signer::from_seed(&seed))
             }

@@ -332,7 +332,7 @@ impl ReceiptWriter {
         std::thread::Builder::new().name("tollgate-receipts".into()).spawn(move || {
             // Every answer waits for this thread's commit: it runs soon after it wakes and is
             // not preempted by every thread that wakes (the measurement is at `set_slice`).
-            crate::sched::set_slice(WRITER_SLICE);
+            crate::process::sched::set_slice(WRITER_SLICE);
             self.run_sqlite(&shared)
         })?;
         if let Some(applier) = applier {

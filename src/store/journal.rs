@@ -297,7 +297,7 @@ impl Handoff {
         let tid = self.applier.load(Ordering::Relaxed);
         if !p.boosted && tid != 0 {
             p.boosted = true;
-            crate::sched::set_idle(tid, false);
+            crate::process::sched::set_idle(tid, false);
         }
     }
 
@@ -307,7 +307,7 @@ impl Handoff {
         let mut p = self.lock();
         if p.boosted && p.count < BOOST_AT && !p.flush {
             p.boosted = false;
-            crate::sched::set_idle(0, true);
+            crate::process::sched::set_idle(0, true);
         }
     }
 
@@ -567,8 +567,8 @@ impl Applier {
     /// checkpoint completes and the log starts over.
     pub fn run(mut self) {
         // Idle work while it keeps up (see `Handoff`).
-        crate::sched::set_idle(0, true);
-        self.handoff.applier.store(crate::sched::thread_id(), Ordering::Relaxed);
+        crate::process::sched::set_idle(0, true);
+        self.handoff.applier.store(crate::process::sched::thread_id(), Ordering::Relaxed);
         let mut checkpointed = Instant::now();
         let mut backoff = Duration::from_millis(20);
         // Segments below this one are deleted: the directory is listed only when a newer

@@ -87,8 +87,8 @@ pub fn db_runtime() -> &'static tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tollgate-db")
-            // Its threads (and the SQLite threads they start) are background work: crate::sched.
-            .on_thread_start(crate::sched::mark_batch_thread)
+            // Its threads (and the SQLite threads they start) are background work: crate::process::sched.
+            .on_thread_start(crate::process::sched::mark_batch_thread)
             .enable_all()
             .build()
             .expect("cannot start the database runtime")
@@ -169,7 +169,7 @@ impl Store {
                 })
             });
         let unavailable =
-            |e: sqlx::Error| StoreError::Unavailable(crate::secret::redact_credentials(&url, &e.to_string()));
+            |e: sqlx::Error| StoreError::Unavailable(crate::secrets::redact_credentials(&url, &e.to_string()));
         let pool = opts.connect(&url).await.map_err(unavailable)?;
         let mut sqlite_file = None;
         let chain = match backend {

@@ -406,7 +406,7 @@ where
     async fn apply_spend(&mut self, drafts: &[&Draft]) -> Result<(), sqlx::Error> {
         let mut spend = super::spend::Deltas::default();
         for d in drafts.iter().filter(|d| d.cost_usd != 0.0) {
-            spend.add(&d.tenant_id, &d.key_id, crate::budget::TOTAL, d.cost_usd);
+            spend.add(&d.tenant_id, &d.key_id, crate::checks::budget::TOTAL, d.cost_usd);
             spend.add(&d.tenant_id, &d.key_id, d.ts.get(..7).unwrap_or_default(), d.cost_usd);
         }
         super::spend::apply::<DB>(&mut self.tx, spend).await
@@ -677,7 +677,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         }
         let cost = r.cost_usd();
         if cost != 0.0 {
-            spend.add(r.tenant_id(), &r.spend_key, crate::budget::TOTAL, cost);
+            spend.add(r.tenant_id(), &r.spend_key, crate::checks::budget::TOTAL, cost);
             spend.add(r.tenant_id(), &r.spend_key, r.text(TS).get(..7).unwrap_or_default(), cost);
         }
     }

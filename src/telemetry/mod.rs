@@ -51,14 +51,14 @@ impl Tracing {
             return Ok(None);
         }
         let url = traces_url(&cfg.otlp_endpoint)?;
-        let exporter = export::exporter(&url, crate::secret::url_shown(&url))?;
+        let exporter = export::exporter(&url, crate::secrets::url_shown(&url))?;
         // `builder()` also reads `OTEL_RESOURCE_ATTRIBUTES` (e.g. `deployment.environment=prod`).
         let resource = Resource::builder().with_service_name(cfg.service_name.clone()).build();
         let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
         let tracer = provider.tracer("tollgate");
         log::info!(
             "tracing: spans go to {} (OTLP/HTTP protobuf), prompts captured: {}",
-            crate::secret::url_shown(&url),
+            crate::secrets::url_shown(&url),
             cfg.capture_prompts
         );
         Ok(Some(Tracing { provider, tracer, capture_prompts: cfg.capture_prompts }))
@@ -76,7 +76,7 @@ impl Tracing {
 #[cfg(test)]
 mod tests {
     use super::traces_url;
-    use crate::secret::url_shown as shown;
+    use crate::secrets::url_shown as shown;
 
     #[test]
     fn the_log_shows_no_credentials_of_the_endpoint() {

@@ -1,0 +1,91 @@
+//! The checks, one file each, and the one table that orders them (DESIGN.md §4).
+//!
+//! Order matters and is written down only here, in [`ORDER`]: cheap refusals first (allowlist,
+//! policy), then the counters that reserve (rate limit, budget), then guardrails (which may
+//! rewrite the request), then the cache (keyed on the request as it will really be sent). Key
+//! authentication runs before all of them in the gateway: without a key there is no tenant.
+//! Compliance ranks receipts by the same order (`compliance::walk::CHECK_ORDER`).
+
+pub mod allowlist;
+pub mod budget;
+pub mod cache;
+pub mod guardrail;
+pub mod pipeline;
+pub mod policy;
+pub mod rate_limit;
+pub mod shared;
+
+use std::sync::Arc;
+
+use crate::checks::budget::Ledger;
+use crate::checks::cache::AnswerCache;
+use crate::checks::pipeline::Check;
+use crate::checks::shared::Cluster;
+use crate::receipts::CheckName;
+
+/// The checks in the order they run.
+pub const ORDER: [CheckName; 6] = [
+    CheckName::Allowlist,
+    CheckName::Policy,
+    CheckName::RateLimit,
+    CheckName::Budget,
+    CheckName::Guardrail,
+    CheckName::Cache,
+];
+
+/// The checks, built in [`ORDER`] over the long-lived state they keep (spend, cached answers).
+/// With `shared` (several processes, `cluster`), the counters and the cache live in Redis.
+pub fn table(ledger: Arc<Ledger>, answers: Arc<AnswerCache>, shared: Option<Arc<Cluster>>) -> Vec<Box<dyn Check>> {
+    ORDER
+        .iter()
+        .map(|name| -> Box<dyn Check> {
+            match name {
+                CheckName::Allowlist => Box::new(allowlist::Allowlist),
+                CheckName::Policy => Box::new(policy::plugin::Policy),
+                CheckName::RateLimit => Box::new(rate_limit::plugin::RateLimit::new(shared.clone())),
+                CheckName::Budget => Box::new(budget::plugin::Budget::new(ledger.clone(), shared.clone())),
+                CheckName::Guardrail => Box::new(guardrail::plugin::Guardrail),
+                CheckName::Cache => Box::new(cache::plugin::Cache::new(answers.clone(), shared.clone())),
+                CheckName::Upstream => unreachable!("the upstream call is the gateway's, not a check"),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_runs_in_order_under_its_own_names() {
+        let table = table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(1 << 20, 1 << 10)), None);
+        let names: Vec<CheckName> = table.iter().map(|c| c.name()).collect();
+        assert_eq!(names, ORDER);
+    }
+}
+
+/// Fixtures for the plugins' unit tests: a snapshot whose tenant `t1` has one policy.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use crate::checks::pipeline::Exchange;
+    use crate::checks::policy::{validate, CompiledPolicy, TenantPolicy};
+    use crate::config::Config;
+    use crate::providers::pricing::Pricing;
+    use crate::snapshot::Snapshot;
+
+    pub fn snapshot(yaml: &str) -> Snapshot {
+        let cfg = Arc::new(Config::default());
+        let pricing = Arc::new(Pricing::from_config(&cfg).unwrap());
+        let doc = validate::parse_api(yaml).unwrap();
+        let compiled = Arc::new(CompiledPolicy::compile("test", yaml, doc).unwrap());
+        let policies = HashMap::from([("t1".to_string(), Arc::new(TenantPolicy::merge(vec![compiled])))]);
+        Snapshot::empty(cfg, pricing).with_policies(policies)
+    }
+
+    pub fn exchange(yaml: &str, body: serde_json::Value) -> Exchange {
+        Exchange::fixture_in(Arc::new(snapshot(yaml)), body)
+    }
+}

@@ -1,0 +1,13 @@
+//! Tenant policies: the YAML language (`document`) and its whole-document checks (`validate`),
+//! compiled per tenant (`compiled`, with `rules` and `allowlist`) into the snapshot, from the
+//! API's rows and from policy files on disk (`files`).
+
+pub mod allowlist;
+pub mod compiled;
+pub mod document;
+pub mod files;
+pub mod plugin;
+pub mod rules;
+pub mod validate;
+
+pub use compiled::{CacheSettings, CompiledPolicy, Decision, Facts, TenantPolicy};
