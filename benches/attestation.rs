@@ -24,7 +24,7 @@ use tollgate::compliance::period::{self, PeriodSpec};
 use tollgate::receipts::canonical::Check;
 use tollgate::receipts::signer::{self, Signer};
 use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
-use tollgate::sealing::MasterKey;
+use tollgate::secrets::at_rest::MasterKey;
 use tollgate::store::{self, Store};
 
 const TENANT: &str = "bench-tenant";

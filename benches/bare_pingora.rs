@@ -45,7 +45,7 @@ fn usage() -> ! {
 
 fn main() {
     // The same allocator settings as Tollgate's, so the comparison is of the proxies alone.
-    tollgate::allocator::configure();
+    tollgate::process::allocator::configure();
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
         usage();

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
-use tollgate::budget::Ledger;
-use tollgate::cache::AnswerCache;
+use tollgate::checks::budget::Ledger;
+use tollgate::checks::cache::AnswerCache;
+use tollgate::checks::pipeline::{Ctx, Exchange, Outcome, Pipeline};
+use tollgate::checks::policy::{validate, CompiledPolicy, TenantPolicy};
 use tollgate::config::Config;
 use tollgate::gateway::UpstreamOutcome;
-use tollgate::pipeline::{Ctx, Exchange, Outcome, Pipeline};
-use tollgate::policy::{validate, CompiledPolicy, TenantPolicy};
-use tollgate::pricing::Pricing;
+use tollgate::providers::pricing::Pricing;
 use tollgate::providers::Usage;
 use tollgate::snapshot::Snapshot;
 
@@ -48,7 +48,7 @@ fn snapshot() -> Arc<Snapshot> {
 
 fn bench_pipeline(c: &mut Criterion) {
     let snap = snapshot();
-    let checks = tollgate::plugins::table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(64 << 20, 1 << 20)), None);
+    let checks = tollgate::checks::table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(64 << 20, 1 << 20)), None);
     let pipeline = Pipeline::new(checks);
     let body = json!({"model": "gpt-4o-mini", "max_tokens": 256, "messages": [
         {"role": "system", "content": "You are a helpful assistant for the support team of an online shop."},
