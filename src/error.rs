@@ -23,7 +23,7 @@ pub enum ErrorKind {
     NotConfigured,
     Unavailable,
     UpstreamTimeout,
-    /// A provider's own 4xx, answered with the provider's status (API.md §Errors).
+    /// A provider's own 4xx, answered with the provider's status (docs/API.md §Errors).
     ProviderRefused(u16),
 }
 

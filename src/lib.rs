@@ -7,7 +7,7 @@
 //!   new_ctx ........ pin one Snapshot (keys, credentials, policies, budgets, prices) via ArcSwap
 //!   request_filter . admit: key lookup by SHA-256 in the snapshot, route (404), bounded body
 //!                    read (413), parse and validate (400), pick provider (`gateway::admit`)
-//!                  → decide: pipeline.on_request (`plugins/`): ALLOWLIST, policy, RATELIMIT,
+//!                  → decide: pipeline.on_request (`src/checks/`): ALLOWLIST, policy, RATELIMIT,
 //!                    BUDGET, GUARDRAIL, CACHE — a block answers its envelope, a hit replays
 //!                  → forward: provider adapter builds the upstream request (client key
 //!                    stripped, provider credential injected) → our pooled upstream leg →
@@ -38,7 +38,7 @@
 //!   `keys`: virtual key secrets
 //! - `policy`: the policy language, its validation, per-tenant compilation, policy files
 //! - `budget`: the budget book (which limits apply) and the in-memory spend ledger
-//! - `pipeline`: the `Check` trait, `Exchange`, `Verdict` and the pipeline; `plugins/`: one
+//! - `pipeline`: the `Check` trait, `Exchange`, `Verdict` and the pipeline; `src/checks/`: one
 //!   file per check and the one ordered table; `ratelimit`, `cache`, `guardrails`: the state
 //!   and engines the checks use
 //! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client

@@ -1,6 +1,6 @@
 //! The upstream HTTP client: Pingora's pooled `Connector`, driven by us.
 //!
-//! The gateway reads the whole request body before it picks a provider (DESIGN.md §2), so it
+//! The gateway reads the whole request body before it picks a provider (docs/architecture.md, "The request path and the 64 KiB trap"), so it
 //! runs the upstream leg itself with this client instead of letting pingora-proxy replay a
 //! body from its 64 KiB retry buffer. The management API uses the same client for provider tests.
 
@@ -270,7 +270,7 @@ const COALESCE_LIMIT: usize = 64 * 1024;
 
 /// Writes the request head and body with a single flush, so a small request leaves as one
 /// segment instead of two. Pingora's `write_request_header` flushes the head on its own; the
-/// gateway already holds the whole body (DESIGN.md §2), so it frames the request itself
+/// gateway already holds the whole body (docs/architecture.md, "The request path and the 64 KiB trap"), so it frames the request itself
 /// (`content-length` is set by `send`) and hands the connection back as a fresh session to
 /// read the answer (one small allocation for its digest). On loopback a second segment cost the gateway and the upstream a send, a
 /// receive and a wake-up each: about a sixth of a request's CPU in the load benchmark.

@@ -51,7 +51,7 @@ fn public_key(g: &Gateway, key_id: &str) -> VerifyingKey {
     VerifyingKey::from_bytes(&raw.try_into().unwrap()).unwrap()
 }
 
-/// receipts.md §3: the signature over JCS({tenantId, fromSeq, toSeq, leafCount, root}).
+/// docs/receipts.md §3: the signature over JCS({tenantId, fromSeq, toSeq, leafCount, root}).
 fn tree_head_verifies(g: &Gateway, head: &Value, signed: &Value) -> bool {
     let bytes = serde_json_canonicalizer::to_vec(head).unwrap();
     let sig = base64::engine::general_purpose::STANDARD.decode(signed["signature"].as_str().unwrap()).unwrap();

@@ -1,4 +1,4 @@
-//! "No answer without its receipt" (API.md): when a client has the whole answer, its receipt is
+//! "No answer without its receipt" (docs/API.md): when a client has the whole answer, its receipt is
 //! committed. Read right after each kind of answer, without waiting; across SIGTERM and SIGKILL
 //! mid-burst; and with a database that cannot take writes, on SQLite and PostgreSQL.
 

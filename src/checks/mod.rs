@@ -1,4 +1,4 @@
-//! The checks, one file each, and the one table that orders them (DESIGN.md §4).
+//! The checks, one file each, and the one table that orders them (docs/architecture.md, "Checks").
 //!
 //! Order matters and is written down only here, in [`ORDER`]: cheap refusals first (allowlist,
 //! policy), then the counters that reserve (rate limit, budget), then guardrails (which may

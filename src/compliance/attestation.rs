@@ -1,4 +1,4 @@
-//! The attestation (seed "Attestation", receipts.md §3): a walk over the period's receipts,
+//! The attestation (docs/seed.md, "Attestation", docs/receipts.md §3): a walk over the period's receipts,
 //! the RFC 6962 root over their chain hashes, and a signed tree head that fixes `treeSize` and
 //! `root` for auditors checking inclusion proofs.
 
@@ -181,7 +181,7 @@ pub async fn walk_period(
     Ok((walked, writing))
 }
 
-/// The bytes the tree head signature covers (receipts.md §3).
+/// The bytes the tree head signature covers (docs/receipts.md §3).
 pub fn tree_head_bytes(tenant: &str, from_seq: u64, to_seq: u64, leaf_count: u64, root_hex: &str) -> Vec<u8> {
     canonical::canonical_bytes(&json!({
         "tenantId": tenant, "fromSeq": from_seq, "toSeq": to_seq, "leafCount": leaf_count, "root": root_hex,
@@ -195,7 +195,7 @@ fn pct(part: u64, whole: u64) -> f64 {
     (part as f64 * 10_000.0 / whole as f64).round() / 100.0
 }
 
-/// The attestation document (seed "Attestation"): what a period's receipts prove, and the
+/// The attestation document (docs/seed.md, "Attestation"): what a period's receipts prove, and the
 /// signed Merkle root that fixes them.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]

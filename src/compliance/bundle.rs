@@ -1,4 +1,4 @@
-//! The evidence bundle (receipts.md §4), written piece by piece: its head, the receipts page by
+//! The evidence bundle (docs/receipts.md §4), written piece by piece: its head, the receipts page by
 //! page (walked as they go out), then the Merkle root and the attestation computed from that
 //! same walk. Memory stays at one page however long the period.
 

@@ -1,4 +1,4 @@
-//! Inclusion proofs (seed "Inclusion proof", RFC 9162 §2.1.3): the audit path of one receipt's
+//! Inclusion proofs (docs/seed.md, "Inclusion proof", RFC 9162 §2.1.3): the audit path of one receipt's
 //! leaf in the period's tree, built while streaming the period's chain hashes (memory O(log n)).
 
 use super::period::Period;

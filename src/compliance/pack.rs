@@ -15,7 +15,7 @@ use crate::compliance::walk::CHECK_ORDER;
 use crate::config::Origin;
 use crate::receipts::CheckName;
 
-/// Names a control may be proven by: the check names of API.md, plus `RECEIPT` (the signed,
+/// Names a control may be proven by: the check names of docs/API.md, plus `RECEIPT` (the signed,
 /// chained receipt itself) and `KEY` (a valid virtual key), which every receipt proves.
 pub const RECEIPT: &str = "RECEIPT";
 pub const KEY: &str = "KEY";

@@ -1,4 +1,4 @@
-//! `tollgate verify BUNDLE.json`: checks an evidence bundle offline (receipts.md §4) with
+//! `tollgate verify BUNDLE.json`: checks an evidence bundle offline (docs/receipts.md §4) with
 //! nothing but the bundle and, optionally, pinned public keys: every signature, every
 //! `thisHash`, the chain from the anchor with no gap, the RFC 6962 root against `merkle.root`
 //! and `attestation.merkle.root`, and the signed tree head.

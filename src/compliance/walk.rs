@@ -19,7 +19,7 @@ use crate::receipts::signer::{self, RegisteredKey};
 use crate::receipts::{canonical, CheckName, CheckResult, Severity, Term, UpstreamStatus};
 use crate::store::receipts::StoredReceipt;
 
-/// The check names in pipeline order (`plugins::ORDER`), then the upstream call.
+/// The check names in pipeline order (`checks::ORDER`), then the upstream call.
 pub const CHECK_ORDER: [CheckName; ORDER.len() + 1] = {
     let mut all = [CheckName::Upstream; ORDER.len() + 1];
     let mut i = 0;

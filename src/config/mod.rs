@@ -111,7 +111,7 @@ pub struct ToolServerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommitMode {
-    /// The last byte of an answer leaves only after its receipt is committed (API.md).
+    /// The last byte of an answer leaves only after its receipt is committed (docs/API.md).
     BeforeAnswer,
     /// The answer leaves first and the receipt follows: less latency, but a crash or a database
     /// outage can lose receipts of answered requests.

@@ -1,6 +1,6 @@
 //! How an answer ends. Every gateway answer is sent in two parts: whatever may go out at once
 //! (headers, earlier stream events) and its [`Ending`], which the gateway sends only after the
-//! request's receipt is committed (API.md, "No answer without its receipt").
+//! request's receipt is committed (docs/API.md, "No answer without its receipt").
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue};

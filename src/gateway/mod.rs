@@ -4,7 +4,7 @@
 //! run the upstream leg with our own pooled client and stream the answer back, then return
 //! `Ok(true)` ("answered"). Pingora keeps the client connection, HTTP/1.1 and HTTP/2 framing,
 //! keep-alive and shutdown; we never let it proxy a body, because it can only replay 64 KiB
-//! (DESIGN.md §2). `logging` runs for every request and records metrics.
+//! (docs/architecture.md, "The request path and the 64 KiB trap"). `logging` runs for every request and records metrics.
 
 mod aside;
 mod body;

@@ -458,7 +458,7 @@ struct EventStream<'a> {
     /// The closing events ([DONE], message_stop) and what a check released just before them.
     held: BytesMut,
     /// The provider failed after the stream began (an error event, or a Bedrock exception frame
-    /// translated into one): like an error status that is `upstreamStatus: error` (API.md), and
+    /// translated into one): like an error status that is `upstreamStatus: error` (docs/API.md), and
     /// the cache must not keep the answer, or asking again would replay the failure.
     broke_off: bool,
 }
@@ -804,7 +804,7 @@ async fn relay_frames(session: &mut Session, resp: UpstreamResponse<'_>, plan: R
     // The checks' state is lent to the scanner for the relay, and the plan keeps a fresh one.
     let mut cx = std::mem::take(plan.cx);
     // An exception frame from the provider (throttled, failed mid-answer) ends its answer: the
-    // receipt says `error`, as for an error status (API.md).
+    // receipt says `error`, as for an error status (docs/API.md).
     let mut exception = false;
     let mut relayed = relay_passthrough(session, resp, &plan, Vec::new(), out, &mut |chunk: Bytes| {
         let events = match decoder.push(&chunk) {

@@ -1,5 +1,5 @@
 //! The signed canonical receipt and its bytes, hash, signature and key id, exactly as
-//! `receipts.md` §1 says: JCS (RFC 8785) → SHA-256 → Ed25519.
+//! `docs/receipts.md` §1 says: JCS (RFC 8785) → SHA-256 → Ed25519.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;

@@ -1,5 +1,5 @@
 //! Chain verification over `[from, to]`: re-derive every `thisHash` from the stored signed
-//! members and check every `prevHash` link (receipts.md §2). Walks in pages, so a long range
+//! members and check every `prevHash` link (docs/receipts.md §2). Walks in pages, so a long range
 //! never sits in memory at once.
 
 use serde::Serialize;

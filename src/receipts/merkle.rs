@@ -1,4 +1,4 @@
-//! RFC 6962 / RFC 9162 Merkle tree over SHA-256 (receipts.md §3): roots, audit paths and their
+//! RFC 6962 / RFC 9162 Merkle tree over SHA-256 (docs/receipts.md §3): roots, audit paths and their
 //! verification. Pure functions: the caller supplies leaf hashes (`leaf_hash` of each receipt's
 //! raw 32-byte `thisHash`), so one tree shape serves the writer, the API and offline auditors.
 

@@ -1,12 +1,12 @@
 //! Receipts: one Ed25519-signed, hash-chained record per request that presented a valid key.
 //!
-//! - `canonical`: the signed members, JCS bytes, hash, signature, key id (receipts.md §1)
+//! - `canonical`: the signed members, JCS bytes, hash, signature, key id (docs/receipts.md §1)
 //! - `signer`: the signing key file and the signing-key registry
 //! - `seal`: a batch of drafts after their tenants' chain heads → chained, signed rows (pure)
 //! - `writer`: the background service that hands queued drafts to the store in batches
 //! - `chain`: re-deriving hashes and links over a range (verify-chain)
-//! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (receipts.md §3)
-//! - `vocabulary`: check names, check results and `upstreamStatus` (API.md §Checks)
+//! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (docs/receipts.md §3)
+//! - `vocabulary`: check names, check results and `upstreamStatus` (docs/API.md §Checks)
 
 pub mod canonical;
 pub mod chain;

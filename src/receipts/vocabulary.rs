@@ -1,4 +1,4 @@
-//! The receipt's words: check names, check results and `upstreamStatus`, exactly as API.md
+//! The receipt's words: check names, check results and `upstreamStatus`, exactly as docs/API.md
 //! §Checks writes them, and the one ranking of results.
 //!
 //! The request path records only these words. Receipts read back (from the database, from an
@@ -41,7 +41,7 @@ macro_rules! words {
         }
 
         impl $name {
-            /// Every word, in API.md's order.
+            /// Every word, in docs/API.md's order.
             pub const ALL: &'static [$name] = &[$($name::$variant,)+];
 
             pub const fn as_str(self) -> &'static str {
@@ -87,7 +87,7 @@ macro_rules! words {
 }
 
 words! {
-    /// A check's `name` (API.md §Checks). The order the checks run in is `plugins::ORDER`.
+    /// A check's `name` (docs/API.md §Checks). The order the checks run in is `checks::ORDER`.
     pub enum CheckName {
         Policy => "policy",
         Allowlist => "ALLOWLIST",
@@ -100,7 +100,7 @@ words! {
 }
 
 words! {
-    /// A check's `result` (API.md §Checks; [`CheckName::results`] says which name takes which).
+    /// A check's `result` (docs/API.md §Checks; [`CheckName::results`] says which name takes which).
     pub enum CheckResult {
         Allow => "allow",
         Deny => "deny",
@@ -127,7 +127,7 @@ words! {
 }
 
 impl CheckName {
-    /// The results this check records: API.md's table, row by row.
+    /// The results this check records: docs/API.md's table, row by row.
     pub const fn results(self) -> &'static [CheckResult] {
         use CheckResult::*;
         match self {
@@ -303,7 +303,7 @@ impl Check {
 mod tests {
     use super::*;
 
-    /// API.md §Checks, copied row by row: `| name | results |` and the `upstreamStatus` line.
+    /// docs/API.md §Checks, copied row by row: `| name | results |` and the `upstreamStatus` line.
     const API_MD: &str = "
 | `policy` | `allow`, `deny` |
 | `ALLOWLIST` | `PASS`, `BLOCK` |

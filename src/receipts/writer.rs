@@ -2,7 +2,7 @@
 //!
 //! A request hands its [`Draft`] to the queue and, by default, awaits its batch's commit before
 //! it sends the last bytes of its answer ([`ReceiptQueue::commit`]): when a client has its whole
-//! answer, its receipt is in the database (API.md, "No answer without its receipt").
+//! answer, its receipt is in the database (docs/API.md, "No answer without its receipt").
 //!
 //! The writer runs on the database runtime, not on a Pingora runtime, so Pingora's shutdown never
 //! cancels it mid-batch. It takes whatever is queued (up to [`MAX_BATCH`]) and appends it in one

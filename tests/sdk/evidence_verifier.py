@@ -1,5 +1,5 @@
 """Independent verifier for Tollgate attestations, inclusion proofs and evidence bundles, written
-from spec/receipts.md §3–§4 alone (RFC 6962 / RFC 9162 Merkle trees over SHA-256, the signed tree
+from docs/receipts.md §3–§4 alone (RFC 6962 / RFC 9162 Merkle trees over SHA-256, the signed tree
 head, the bundle's chain from its anchor). Receipts themselves are checked with
 receipt_verifier.py (§1–§2). No code is shared with the server.
 

@@ -1,4 +1,4 @@
-"""Independent verifier for Tollgate receipts, written from spec/receipts.md (§1, §2, §5) alone.
+"""Independent verifier for Tollgate receipts, written from docs/receipts.md (§1, §2, §5) alone.
 
 It shares no code with the server on purpose: an auditor must be able to check receipts with
 nothing but the published byte-level contract, a SHA-256 and an Ed25519 implementation.

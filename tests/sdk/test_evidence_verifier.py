@@ -1,5 +1,5 @@
 """Attestation roots, inclusion proofs and evidence bundles checked by evidence_verifier.py, an
-outside verifier built from spec/receipts.md alone; tampered bundles must fail it and
+outside verifier built from docs/receipts.md alone; tampered bundles must fail it and
 `tollgate verify` both."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Receipts checked by an outside verifier (receipt_verifier.py) built from spec/receipts.md alone.
+"""Receipts checked by an outside verifier (receipt_verifier.py) built from docs/receipts.md alone.
 
 The gateway fixture is shared by the whole session, so the tenant's chain also holds receipts of
 other tests. The chain is verified from seq 1 anyway: an auditor checks all of it, not a slice.

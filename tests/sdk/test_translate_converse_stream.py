@@ -1,4 +1,4 @@
-"""The translated Bedrock ConverseStream (src/translate/converse.rs), accumulated by the openai
+"""The translated Bedrock ConverseStream (src/providers/translate/converse.rs), accumulated by the openai
 SDK's own stream helper state, the one `client.chat.completions.stream` uses: two parallel tool
 calls whose argument deltas interleave come out whole, with the usage from `metadata`. The
 chunks are the golden file the Rust test `translate::converse::tests::

@@ -1,4 +1,4 @@
-"""The translated Vertex Gemini stream (src/translate/gemini), accumulated by the openai SDK's own
+"""The translated Vertex Gemini stream (src/providers/translate/gemini), accumulated by the openai SDK's own
 stream helper state, the one `client.chat.completions.stream` uses: text and both parallel
 function calls (each sent whole, in one chunk) come out whole, and the thought signature rides
 along in `extra_content`. The chunks are the golden file the Rust test `translate::gemini::tests::

@@ -1,7 +1,7 @@
 //! Guardrails: find PII, secrets, prompt injection and custom patterns in request and response
 //! text, and redact or block them. Pure: no I/O, no clock.
 //!
-//! Settings are the `guardrails` sections of a tenant's enabled policies (API.md "Policy
+//! Settings are the `guardrails` sections of a tenant's enabled policies (docs/API.md "Policy
 //! language"). [`Guardrails::compile`] merges them once per snapshot into an immutable value
 //! shared by every request; `apply` on text with no finding allocates nothing.
 //!

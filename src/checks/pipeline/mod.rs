@@ -1,4 +1,4 @@
-//! The checks: one trait, the ordered table (`plugins/mod.rs`), and the pipeline that runs them
+//! The checks: one trait, the ordered table (`src/checks/mod.rs`), and the pipeline that runs them
 //! and records `{name, result}` for the receipt.
 //!
 //! Checks never see Pingora types and never do I/O: each works on the provider-neutral
@@ -239,7 +239,7 @@ impl Pipeline {
 }
 
 fn record(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
-    debug_assert!(name.results().contains(&result), "{name} does not record {result} (API.md §Checks)");
+    debug_assert!(name.results().contains(&result), "{name} does not record {result} (docs/API.md §Checks)");
     list.push(Recorded::new(name, result));
 }
 

@@ -1,6 +1,6 @@
 //! A tenant's policies merged into one immutable [`TenantPolicy`], held in the snapshot.
 //!
-//! Merge rules (API.md "Policy language"): any matching `deny` wins, no match allows;
+//! Merge rules (docs/API.md "Policy language"): any matching `deny` wins, no match allows;
 //! allowlists intersect; guardrail sections are kept raw for the guardrails engine (strictest
 //! action per category wins there); exact caching is on when some policy asks for it and none
 //! turns it off, with the smallest TTL.

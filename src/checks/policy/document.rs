@@ -1,4 +1,4 @@
-//! The policy language as written (API.md "Policy language"): one YAML document per policy.
+//! The policy language as written (docs/API.md "Policy language"): one YAML document per policy.
 //!
 //! These are the raw, serde-checked shapes. `deny_unknown_fields` everywhere, so a typo is a
 //! 400 (or a rejected file) naming line, column and field, never a silently ignored rule.

@@ -1,4 +1,4 @@
-//! `policy`: the tenant's rules (API.md "Policy language"): any matching `deny` wins.
+//! `policy`: the tenant's rules (docs/API.md "Policy language"): any matching `deny` wins.
 
 use crate::checks::pipeline::{Check, Ctx, Exchange, Verdict};
 use crate::checks::policy::{Decision, Facts};

@@ -211,7 +211,7 @@ fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
 
 /// The evidence bundle of a period, streamed
 ///
-/// One JSON document (receipts.md): the attestation, every receipt of the period with its hash
+/// One JSON document (docs/receipts.md): the attestation, every receipt of the period with its hash
 /// and signature, the signing keys and the packs in force; `tollgate verify` checks it offline.
 #[utoipa::path(get, path = "/v1/compliance/evidence-bundle", operation_id = "getEvidenceBundle", tag = "compliance",
     params(PeriodQuery),
