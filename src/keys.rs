@@ -29,6 +29,29 @@ pub fn generate() -> NewSecret {
     NewSecret { secret, hash_hex, hint }
 }
 
+/// Creates a key for a tenant and returns (secret, key id): the CLI's and the first start's
+/// way in (the management API's `POST /v1/keys` takes more fields).
+pub async fn issue(
+    store: &crate::store::Store,
+    tenant_id: &str,
+    manager: bool,
+    label: &str,
+) -> Result<(String, String), crate::store::StoreError> {
+    let secret = generate();
+    let new = crate::store::keys::NewKey {
+        tenant_id: tenant_id.to_string(),
+        key_hash: secret.hash_hex,
+        key_hint: secret.hint,
+        label: label.to_string(),
+        key_class: "interactive".into(),
+        role: if manager { "manager" } else { "developer" }.into(),
+        team_id: None,
+        budget_usd: None,
+    };
+    let rec = crate::store::keys::insert(store, new).await?;
+    Ok((secret.secret, rec.id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

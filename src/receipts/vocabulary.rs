@@ -18,6 +18,13 @@ pub trait Word: Copy + Eq + 'static {
     fn parse(text: &str) -> Option<Self>;
 }
 
+/// Every word is a metric label (`tollgate_checks_total{check,result}`).
+impl<W: Word> crate::metrics::local::Label for W {
+    fn label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 /// A text that is not a word of the list it was parsed for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownWord(pub String);

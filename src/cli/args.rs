@@ -1,0 +1,111 @@
+//! The command line's arguments (clap): one variant per command.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "tollgate", version, about = "AI governance and observability gateway")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(super) struct ConfigArg {
+    /// Config file (YAML). Without it the embedded defaults are used.
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub(super) config: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum Command {
+    /// Run the gateway, management API and metrics listeners.
+    Serve(ConfigArg),
+    /// Apply pending database migrations and exit.
+    Migrate(ConfigArg),
+    /// Tenant administration.
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+    /// Virtual key administration.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// Validate the configuration and exit (errors name file, line and field).
+    CheckConfig {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// A compliance pack YAML to validate as a tenant pack (repeatable), before a
+        /// `PUT /v1/compliance/packs/{framework}`.
+        #[arg(long = "pack")]
+        packs: Vec<PathBuf>,
+    },
+    /// Verify an evidence bundle offline: signatures, hashes, chain, Merkle root, signed tree
+    /// head. Exit status 0 only if every check holds.
+    Verify {
+        /// The bundle (GET /v1/compliance/evidence-bundle); `-` reads standard input.
+        bundle: PathBuf,
+        /// Trusted Ed25519 public key (base64 of the raw 32 bytes), repeatable. Without it the
+        /// keys listed in the bundle itself are used.
+        #[arg(long = "key")]
+        keys: Vec<String>,
+    },
+    /// Receipt signing-key administration.
+    SigningKey {
+        #[command(subcommand)]
+        command: SigningKeyCommand,
+    },
+    /// A round-robin front for several gateway instances on this machine (a local cluster,
+    /// scripts/cluster). Answers name the instance in `x-tollgate-upstream`.
+    Balance {
+        /// Where the front listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// The instances' gateway addresses, comma-separated (HOST:PORT,HOST:PORT,...).
+        #[arg(long, value_delimiter = ',', required = true)]
+        upstream: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum SigningKeyCommand {
+    /// Replace the signing key. The old key stays in the registry, retired, so the receipts it
+    /// signed keep verifying. A running server signs with the new key after its next start.
+    Rotate(ConfigArg),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum TenantCommand {
+    /// Create a tenant and print its id and a manager key (shown once).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// Print one JSON line: {"tenantId", "keyId", "key"}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum KeyCommand {
+    /// Create a key for a tenant and print it (shown once).
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// Give the key manager rights.
+        #[arg(long)]
+        manager: bool,
+        #[arg(long, default_value = "")]
+        label: String,
+        /// Print one JSON line: {"tenantId", "keyId", "key"}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}

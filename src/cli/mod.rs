@@ -1,0 +1,35 @@
+//! The command line: serve | migrate | tenant create | key create | check-config | verify |
+//! signing-key rotate | balance. One file per command; `args` holds what clap parses.
+
+mod args;
+mod check_config;
+mod serve;
+mod setup;
+mod signing_key;
+mod tenants;
+mod verify;
+
+use std::process::ExitCode;
+
+pub use args::Cli;
+use args::{Command, KeyCommand, SigningKeyCommand, TenantCommand};
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Serve(arg) => serve::serve(&arg),
+        Command::Migrate(arg) => serve::migrate(&arg),
+        Command::Tenant { command: TenantCommand::Create { name, json, config } } => {
+            tenants::create_tenant(&name, json, &config)
+        }
+        Command::Key { command: KeyCommand::Create { tenant, manager, label, json, config } } => {
+            tenants::create_key(&tenant, manager, &label, json, &config)
+        }
+        Command::SigningKey { command: SigningKeyCommand::Rotate(arg) } => signing_key::rotate(&arg),
+        Command::Verify { bundle, keys } => verify::verify_bundle(&bundle, &keys),
+        Command::Balance { listen, upstream } => match crate::balance::run(&listen, &upstream) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => setup::fail(e),
+        },
+        Command::CheckConfig { config, packs } => check_config::check(&config, &packs),
+    }
+}
