@@ -31,25 +31,22 @@
 //! leg itself (`upstream`) rather than letting pingora-proxy replay the body from its 64 KiB
 //! retry buffer: one code path for every body size. See `docs/architecture.md`.
 //!
-//! # Modules
-//! - `cli`, `server`, `app`: the process, its services and shared state
-//! - `config`: YAML → validated config, env overrides; `pricing`: price table
-//! - `snapshot`: the hot path's immutable view; `notices`: other processes' changes, at once;
-//!   `keys`: virtual key secrets
-//! - `policy`: the policy language, its validation, per-tenant compilation, policy files
-//! - `budget`: the budget book (which limits apply) and the in-memory spend ledger
-//! - `pipeline`: the `Check` trait, `Exchange`, `Verdict` and the pipeline; `src/checks/`: one
-//!   file per check and the one ordered table; `ratelimit`, `cache`, `guardrails`: the state
-//!   and engines the checks use
-//! - `gateway`: the only `impl ProxyHttp`; `upstream`: the pooled upstream client
-//! - `providers`: per-provider request building, usage reading, stored credentials
-//! - `translate`: OpenAI Chat Completions ↔ Anthropic Messages (request, answer, stream); pure
-//! - `management`: the `/v1` API and `/status`; `store`: sqlx queries, one module per resource
-//! - `error`: the one table from error kind to status and envelope; `metrics`: Prometheus
-//! - `guardrails`: PII, secrets, prompt injection and custom patterns found, redacted or blocked
-//!   in request and (streamed) response text; pure, compiled once per snapshot
-//! - `sealing`: AES-256-GCM for secrets at rest; `secret`: a string that never prints
-//! - `telemetry`: opt-in OpenTelemetry traces, one GenAI span per gateway request (OTLP/HTTP)
+//! # Layers (docs/architecture.md; enforced by tests/layers.rs)
+//!
+//! A module imports only from its own layer and the layers below, and never in a circle.
+//! - entry: `cli` (one file per command), `server` (builds the one Pingora `Server`)
+//! - services: `gateway` (the only `impl ProxyHttp`), `management` (`/v1`, `/status`),
+//!   `balance` (the local cluster's front), `notices` (other processes' changes, at once),
+//!   `app` (the process's shared state)
+//! - domain: `snapshot` (the hot path's immutable view); `checks` (one folder per check: plugin,
+//!   engine and shared Redis mode; `checks::pipeline` runs them in `checks::ORDER`);
+//!   `providers` (one folder per provider, `translate` between dialects, `pricing`); `receipts`
+//!   (vocabulary, sealing, the writer); `compliance` (attestations, proofs, bundles, packs);
+//!   `tool_servers`, `prompts`, `webhooks`, `keys`
+//! - platform: `store` (queries and rows), `config` (YAML → validated config, env overrides),
+//!   `metrics`, `telemetry` (OTLP export), `upstream` (the pooled HTTP client), `error` (the one
+//!   table from error kind to status and envelope), `secrets` (`Secret`, encryption at rest),
+//!   `process` (allocator, thread scheduling)
 
 pub mod app;
 pub mod balance;
