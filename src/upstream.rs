@@ -204,49 +204,33 @@ impl UpstreamClient {
             full_path = format!("{}{}", base.prefix, path);
             &full_path
         };
-        let length = (method != "GET" || !body.is_empty()).then(|| body.len().to_string());
-        // Built once: it is only read when written, so a retry writes the same header again.
-        // Without Pingora's case map (standard names then go out title-cased, others as given):
-        // with it each insert would also store the name a second time (see `gateway::header`).
-        let mut req = RequestHeader::build_no_case(method, path.as_bytes(), Some(headers.len() + 2))
-            .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
-        let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
-        req.insert_header("host", host).map_err(|_| bad("host"))?;
-        for (k, v) in headers {
-            req.insert_header(k.clone(), v.as_str()).map_err(|_| bad(k.as_ref()))?;
+        let req = request_head(method, path, host, headers, &body)?;
+        let session = self.exchange(base, &peer, &req, &body).await?;
+        if session.response_header().is_none() {
+            return Err(UpstreamError::Failed("no response header".into()));
         }
-        if let Some(len) = &length {
-            req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;
-        }
+        Ok(UpstreamResponse { client: self, session, peer, done: false })
+    }
 
-        // A pooled connection may have been closed by the server while idle; that is not the
-        // provider failing, so such a failure is retried once on another one. Only a dead
-        // connection (the write failed, or it closed or was reset while the answer's head was
-        // awaited) is resent: a timeout or an answer that does not parse means the provider may
-        // have the request, and a second send would run (and bill) it twice.
+    /// Writes the request and reads the answer's head. A pooled connection may have been
+    /// closed by the server while idle; that is not the provider failing, so such a failure is
+    /// retried once on another one. Only a dead connection (the write failed, or it closed or
+    /// was reset while the answer's head was awaited) is resent: a timeout or an answer that
+    /// does not parse means the provider may have the request, and a second send would run
+    /// (and bill) it twice.
+    async fn exchange(
+        &self,
+        base: &BaseUrl,
+        peer: &HttpPeer,
+        req: &RequestHeader,
+        body: &Bytes,
+    ) -> Result<Box<HttpSession>, UpstreamError> {
         let mut attempt = 0;
-        let session = loop {
+        loop {
             attempt += 1;
-            let (session, reused) = self.session(&peer).await?;
-            let sent = async {
-                let session = write_whole_request(session, &peer, &req, &body, self.timeouts.read)
-                    .await
-                    .map_err(|e| (e, true))?;
-                let mut session = Box::new(HttpSession::H1(session));
-                // The connector does not carry the peer's read/write timeouts into the session.
-                session.set_read_timeout(Some(self.timeouts.read));
-                session.set_write_timeout(Some(self.timeouts.read));
-                session.read_response_header().await.map_err(|e| {
-                    // Pingora's own mark (what pingora-proxy retries on): the connection closed
-                    // or an OS error (reset) while waiting for the answer's head.
-                    let dead = matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true));
-                    (UpstreamError::from_pingora(&e, "request"), dead)
-                })?;
-                Ok::<_, (UpstreamError, bool)>(session)
-            }
-            .await;
-            match sent {
-                Ok(session) => break session,
+            let (session, reused) = self.session(peer).await?;
+            match self.send_once(session, peer, req, body).await {
+                Ok(session) => return Ok(session),
                 Err((err, dead)) => {
                     if !(reused && attempt == 1 && dead && matches!(err, UpstreamError::Failed(_))) {
                         return Err(err);
@@ -257,12 +241,54 @@ impl UpstreamClient {
                     );
                 }
             }
-        };
-        if session.response_header().is_none() {
-            return Err(UpstreamError::Failed("no response header".into()));
         }
-        Ok(UpstreamResponse { client: self, session, peer, done: false })
     }
+
+    /// One try on one connection; the error says whether the connection was dead.
+    async fn send_once(
+        &self,
+        session: HttpSessionV1,
+        peer: &HttpPeer,
+        req: &RequestHeader,
+        body: &Bytes,
+    ) -> Result<Box<HttpSession>, (UpstreamError, bool)> {
+        let session = write_whole_request(session, peer, req, body, self.timeouts.read).await.map_err(|e| (e, true))?;
+        let mut session = Box::new(HttpSession::H1(session));
+        // The connector does not carry the peer's read/write timeouts into the session.
+        session.set_read_timeout(Some(self.timeouts.read));
+        session.set_write_timeout(Some(self.timeouts.read));
+        session.read_response_header().await.map_err(|e| {
+            // Pingora's own mark (what pingora-proxy retries on): the connection closed or an
+            // OS error (reset) while waiting for the answer's head.
+            let dead = matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true));
+            (UpstreamError::from_pingora(&e, "request"), dead)
+        })?;
+        Ok(session)
+    }
+}
+
+/// The request head, built once: it is only read when written, so a retry writes the same
+/// header again. Without Pingora's case map (standard names then go out title-cased, others as
+/// given): with it each insert would also store the name a second time (see `gateway::header`).
+fn request_head<K: pingora::http::IntoCaseHeaderName + Clone + AsRef<str>>(
+    method: &str,
+    path: &str,
+    host: http::HeaderValue,
+    headers: &[(K, String)],
+    body: &Bytes,
+) -> Result<RequestHeader, UpstreamError> {
+    let length = (method != "GET" || !body.is_empty()).then(|| body.len().to_string());
+    let mut req = RequestHeader::build_no_case(method, path.as_bytes(), Some(headers.len() + 2))
+        .map_err(|e| UpstreamError::Failed(format!("bad request line: {e}")))?;
+    let bad = |k: &str| UpstreamError::Failed(format!("invalid value for header {k}"));
+    req.insert_header("host", host).map_err(|_| bad("host"))?;
+    for (k, v) in headers {
+        req.insert_header(k.clone(), v.as_str()).map_err(|_| bad(k.as_ref()))?;
+    }
+    if let Some(len) = &length {
+        req.insert_header("content-length", len.as_str()).map_err(|_| bad("content-length"))?;
+    }
+    Ok(req)
 }
 
 /// Bodies up to this size go out in the same write as the request head.
