@@ -133,7 +133,6 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     check_port(&cfg.listen.gateway, "gateway")?;
     check_port(&cfg.listen.management, "management")?;
     check_port(&cfg.listen.metrics, "metrics")?;
-
     let data = cfg.storage.data_dir.display().to_string();
     let conf = ServerConf {
         threads: cfg.server.threads,
@@ -145,7 +144,16 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
+    add_listeners(&mut server, &app)?;
+    // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
+    writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
+    add_background(&mut server, app);
+    Ok(server)
+}
 
+/// The gateway (TCP or TLS, and the owner-only local socket), management and metrics services.
+fn add_listeners(server: &mut Server, app: &Arc<App>) -> Result<(), StartError> {
+    let cfg = &app.config;
     let tls = (!cfg.listen.tls_cert_file.is_empty()).then(|| (&cfg.listen.tls_cert_file, &cfg.listen.tls_key_file));
     let tls_err = |e: pingora::BError| StartError::Pingora(format!("TLS listener: {e}"));
 
@@ -171,7 +179,10 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     let mut prom = pingora_prometheus::prometheus_http_service();
     prom.add_tcp(&cfg.listen.metrics.to_string());
     server.add_service(prom);
+    Ok(())
+}
 
+fn add_background(server: &mut Server, app: Arc<App>) {
     server.add_service(background_service("policy files", PolicyWatcher { app: app.clone() }));
     if app.config.storage.chain_audit_seconds > 0 {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
@@ -180,15 +191,12 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     if app.store.backend() == store::Backend::Postgres {
         server.add_service(background_service("change notices", crate::notices::Listener { app: app.clone() }));
     }
-    // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
-    writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
     server.add_service(background_service("shutdown", EarlyExit { app: app.clone() }));
     if let Some(cluster) = app.cluster.clone() {
         let (store, snapshot) = (app.store.clone(), app.snapshot.clone());
         server.add_service(background_service("shared state", SharedStateWatch { cluster, store, snapshot }));
     }
     server.add_service(background_service("snapshot refresh", Refresher { app }));
-    Ok(server)
 }
 
 /// Runs the server until SIGTERM (or SIGINT) has been handled, then waits (bounded) for the
