@@ -18,12 +18,6 @@ fn ids(list: &Value) -> Vec<String> {
     list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect()
 }
 
-fn create_key(g: &Gateway, body: Value) -> String {
-    let r = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&body));
-    assert_eq!(r.status, 201, "{}", r.text());
-    r.json()["key"].as_str().unwrap().to_string()
-}
-
 /// Walks the Anthropic list as the anthropic SDK's auto-pager does: `after_id = last_id` while
 /// `has_more`.
 fn anthropic_walk(g: &Gateway, key: &str, limit: usize) -> Vec<String> {
@@ -117,7 +111,7 @@ fn model_lists_show_what_the_key_may_call_in_both_shapes_and_leave_no_receipt() 
                       allowlist:\n  models: [\"gpt-4o*\", \"claude-*\", \"bedrock/*\"]\n";
         let r = g.mgmt("POST", "/v1/policies", Some(&g.key), Some(&json!({"name": "p", "yaml": policy})));
         assert_eq!(r.status, 201, "{}", r.text());
-        let service = create_key(&g, json!({"label": "ci", "keyClass": "service"}));
+        let service = g.new_key(&g.key, &json!({"label": "ci", "keyClass": "service"})).1;
         let theirs = ids(&get(&g, "/v1/models", &[("Authorization", &bearer(&service))]).json());
         assert!(theirs.iter().all(|m| m.starts_with("gpt-4o") || m.starts_with("bedrock/")), "{theirs:?}");
         assert!(theirs.contains(&"gpt-4o-mini".to_string()));
@@ -184,7 +178,7 @@ fn count_tokens_passes_to_anthropic_unbilled_with_its_own_rate() {
         assert_eq!(receipts["receipts"].as_array().unwrap().len(), 1, "one receipt: the chat, not the counts");
 
         // A body without a model is the client's error, not sent on.
-        let other = create_key(&g, json!({"label": "other"}));
+        let other = g.new_key(&g.key, &json!({"label": "other"})).1;
         let h = [("x-api-key", other.as_str()), ("anthropic-version", "2023-06-01")];
         let r = http::request(g.gw, "POST", "/v1/messages/count_tokens", &h, br#"{"messages":[]}"#);
         assert_eq!(r.status, 400, "{}", r.text());

@@ -32,10 +32,6 @@ fn setup() -> (Gateway, Standin, google::ServiceAccountKey) {
     (g, up, sa)
 }
 
-fn chat(g: &Gateway, body: &Value) -> http::Resp {
-    g.post_gw("/v1/chat/completions", &g.key, body.to_string().as_bytes())
-}
-
 fn ask(model: &str, text: &str) -> Value {
     json!({"model": model, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]})
 }
@@ -47,7 +43,7 @@ fn sse_data(body: &[u8]) -> Vec<String> {
 
 fn streamed(g: &Gateway, mut body: Value) -> (http::Resp, Vec<Value>, String) {
     body["stream"] = true.into();
-    let r = chat(g, &body);
+    let r = g.chat(&g.key, &body);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.header("content-type").unwrap().starts_with("text/event-stream"), "{:?}", r.headers);
     let data = sse_data(&r.body);
@@ -103,7 +99,7 @@ fn tools_body(model: &str) -> Value {
 #[test]
 fn claude_on_chat_completions_is_served_by_anthropic_messages() {
     let (g, up, _) = setup();
-    let r = chat(&g, &ask("claude-3-5-haiku", "ECHO:hi|there"));
+    let r = g.chat(&g.key, &ask("claude-3-5-haiku", "ECHO:hi|there"));
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(
@@ -129,7 +125,7 @@ fn claude_on_chat_completions_is_served_by_anthropic_messages() {
     let (_, chunks, _) = streamed(&g, asked);
     assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 6, "{chunks:?}");
 
-    let r = chat(&g, &tools_body("claude-3-5-haiku"));
+    let r = g.chat(&g.key, &tools_body("claude-3-5-haiku"));
     let calls = r.json()["choices"][0]["message"]["tool_calls"].clone();
     assert_eq!(calls.as_array().map(Vec::len), Some(2), "{}", r.text());
     assert_eq!(r.json()["choices"][0]["finish_reason"], "tool_calls");
@@ -167,7 +163,7 @@ fn bedrock_converse_natively_and_from_chat_completions_signed_with_sigv4() {
 
     // The same model from the OpenAI route: Converse out, chat.completion back.
     let model = format!("bedrock/{HAIKU}");
-    let r = chat(&g, &ask(&model, "ECHO:x|y"));
+    let r = g.chat(&g.key, &ask(&model, "ECHO:x|y"));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "xy");
     let sent = up.requests().pop().unwrap();
@@ -183,7 +179,7 @@ fn bedrock_converse_natively_and_from_chat_completions_signed_with_sigv4() {
     // An exception frame mid-stream ends the translated stream with an OpenAI error object.
     let mut throttled = ask(&model, "THROTTLE");
     throttled["stream"] = true.into();
-    let r = chat(&g, &throttled);
+    let r = g.chat(&g.key, &throttled);
     let data = sse_data(&r.body);
     let last: Value = serde_json::from_str(data.last().expect("events")).unwrap();
     assert!(last["error"]["message"].as_str().unwrap().contains("Too many requests"), "{}", r.text());
@@ -230,7 +226,7 @@ fn vertex_gemini_with_a_service_account_token_minted_once() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(sse_data(&r.body).len(), 2, "{}", r.text());
     check_receipt(&g, &r, "vertex", "gemini-2.0-flash", (21, 8));
-    let r = chat(&g, &ask("vertex/gemini-2.0-flash", "ECHO:one|two"));
+    let r = g.chat(&g.key, &ask("vertex/gemini-2.0-flash", "ECHO:one|two"));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "onetwo");
     let sent = up.requests().pop().unwrap();
@@ -256,7 +252,7 @@ fn vertex_gemini_with_a_service_account_token_minted_once() {
 fn a_refusing_token_endpoint_is_a_clear_502_and_a_failing_test() {
     let (g, up, _) = setup();
     up.refuse_tokens();
-    let r = chat(&g, &ask("vertex/gemini-2.0-flash", "hi"));
+    let r = g.chat(&g.key, &ask("vertex/gemini-2.0-flash", "hi"));
     assert_eq!(r.status, 502, "{}", r.text());
     let message = r.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(message.contains("invalid_grant"), "{message}");
@@ -281,8 +277,8 @@ fn native_routes_refuse_bad_bodies_in_their_clients_error_shapes() {
     assert_eq!(r.json()["error"]["status"], "INVALID_ARGUMENT", "{}", r.text());
     assert!(g.receipt_of(&r)["model"] == "gemini-2.0-flash");
     // A chat body Bedrock cannot take is the client's 400, naming the field.
-    let r = chat(
-        &g,
+    let r = g.chat(
+        &g.key,
         &json!({"model": format!("bedrock/{HAIKU}"), "n": 3, "messages": [{"role": "user", "content": "hi"}]}),
     );
     assert_eq!(r.status, 400, "{}", r.text());

@@ -12,10 +12,6 @@ use support::{backends, http, Backend, Gateway};
 
 use support::with_standin as setup;
 
-fn chat(g: &Gateway, key: &str, body: &Value) -> http::Resp {
-    g.post_gw("/v1/chat/completions", key, body.to_string().as_bytes())
-}
-
 fn ask(text: &str) -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]})
 }
@@ -60,12 +56,12 @@ fn rate_limits_answer_429_with_headers_and_changes_apply_on_the_next_request() {
         assert_eq!(r.status, 200, "{}", r.text());
 
         for _ in 0..2 {
-            let ok = chat(&g, &g.key, &ask("hi"));
+            let ok = g.chat(&g.key, &ask("hi"));
             assert_eq!(ok.status, 200, "{}", ok.text());
             assert_eq!(ok.header("x-ratelimit-limit-requests"), Some("2"));
         }
         let before = up.count();
-        let limited = chat(&g, &g.key, &ask("hi"));
+        let limited = g.chat(&g.key, &ask("hi"));
         assert_eq!(limited.status, 429, "{}", limited.text());
         assert_eq!(up.count(), before, "a limited request must not reach the upstream");
         assert_eq!(limited.json()["error"]["type"], "rate_limited");
@@ -81,27 +77,18 @@ fn rate_limits_answer_429_with_headers_and_changes_apply_on_the_next_request() {
         // Lifting the limit is in force for the very next request.
         let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": null})));
         assert_eq!(r.status, 200);
-        assert_eq!(chat(&g, &g.key, &ask("hi")).status, 200);
+        assert_eq!(g.chat(&g.key, &ask("hi")).status, 200);
 
         // A token limit smaller than what one request may use refuses it outright.
         let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&json!({"tpmLimit": 100})));
         assert_eq!(r.json()["tpmLimit"], 100, "{}", r.text());
         let mut big = ask("hi");
         big["max_tokens"] = json!(5000);
-        let r = chat(&g, &g.key, &big);
+        let r = g.chat(&g.key, &big);
         assert_eq!(r.status, 429, "{}", r.text());
         assert!(r.header("x-ratelimit-limit-tokens") == Some("100"));
         assert!(r.json()["error"]["message"].as_str().unwrap().contains("max_tokens"));
     }
-}
-
-fn create_key(g: &Gateway, label: &str, limits: Value) -> String {
-    let r = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&json!({ "label": label })));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let (id, key) = (r.json()["id"].as_str().unwrap().to_string(), r.json()["key"].as_str().unwrap().to_string());
-    let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&limits));
-    assert_eq!(r.status, 200, "{}", r.text());
-    key
 }
 
 const REQUESTS_TRIPLE: [&str; 3] =
@@ -134,24 +121,24 @@ fn assert_retry_after(r: &http::Resp) -> u64 {
 fn rate_limit_headers_name_every_limit_of_the_key() {
     for b in backends() {
         let (g, up) = setup(&b, &[]);
-        let rpm_only = create_key(&g, "rpm-only", json!({"rpmLimit": 1}));
-        let both = create_key(&g, "both", json!({"rpmLimit": 1, "tpmLimit": 100_000}));
-        let tpm_first = create_key(&g, "both-tokens", json!({"rpmLimit": 100, "tpmLimit": 1000}));
+        let rpm_only = g.key_with_limits("rpm-only", &json!({"rpmLimit": 1})).1;
+        let both = g.key_with_limits("both", &json!({"rpmLimit": 1, "tpmLimit": 100_000})).1;
+        let tpm_first = g.key_with_limits("both-tokens", &json!({"rpmLimit": 100, "tpmLimit": 1000})).1;
 
-        let ok = chat(&g, &rpm_only, &ask("hi"));
+        let ok = g.chat(&rpm_only, &ask("hi"));
         assert_eq!(ok.status, 200, "{}", ok.text());
         assert_triples(&ok, true, false);
-        let limited = chat(&g, &rpm_only, &ask("hi"));
+        let limited = g.chat(&rpm_only, &ask("hi"));
         assert_eq!(limited.status, 429, "{}", limited.text());
         assert_triples(&limited, true, false);
         assert_retry_after(&limited);
 
-        let ok = chat(&g, &both, &ask("hi"));
+        let ok = g.chat(&both, &ask("hi"));
         assert_eq!(ok.status, 200, "{}", ok.text());
         assert_triples(&ok, true, true);
         assert_eq!(ok.header("x-ratelimit-limit-tokens"), Some("100000"));
         let before = up.count();
-        let limited = chat(&g, &both, &ask("hi"));
+        let limited = g.chat(&both, &ask("hi"));
         assert_eq!(limited.status, 429, "{}", limited.text());
         assert_eq!(up.count(), before, "a limited request must not reach the upstream");
         assert!(limited.json()["error"]["message"].as_str().unwrap().contains("requests per minute"));
@@ -160,10 +147,10 @@ fn rate_limit_headers_name_every_limit_of_the_key() {
         assert_retry_after(&limited);
 
         // Refused by the token limit: the requests triple comes along.
-        let ok = chat(&g, &tpm_first, &ask("USAGE:1489"));
+        let ok = g.chat(&tpm_first, &ask("USAGE:1489"));
         assert_eq!(ok.status, 200, "{}", ok.text());
         assert_triples(&ok, true, true);
-        let limited = chat(&g, &tpm_first, &ask("hi"));
+        let limited = g.chat(&tpm_first, &ask("hi"));
         assert_eq!(limited.status, 429, "{}", limited.text());
         assert!(limited.json()["error"]["message"].as_str().unwrap().contains("tokens per minute"));
         assert_triples(&limited, true, true);
@@ -181,10 +168,10 @@ fn rate_limit_headers_name_every_limit_of_the_key() {
 fn a_small_token_limit_takes_a_first_request_without_max_tokens() {
     for b in backends() {
         let (g, up) = setup(&b, &[]);
-        let key = create_key(&g, "tpm", json!({"tpmLimit": 1000}));
+        let key = g.key_with_limits("tpm", &json!({"tpmLimit": 1000})).1;
 
         // The stand-in reports 11 + 1489 = 1500 tokens used.
-        let ok = chat(&g, &key, &ask("USAGE:1489"));
+        let ok = g.chat(&key, &ask("USAGE:1489"));
         assert_eq!(ok.status, 200, "{}", ok.text());
         assert_eq!(ok.json()["usage"]["total_tokens"], 1500);
         assert_triples(&ok, false, true);
@@ -193,7 +180,7 @@ fn a_small_token_limit_takes_a_first_request_without_max_tokens() {
         assert_eq!(checks, ["RATELIMIT:PASS", "UPSTREAM:PASS"]);
 
         let before = up.count();
-        let limited = chat(&g, &key, &ask("hi"));
+        let limited = g.chat(&key, &ask("hi"));
         assert_eq!(limited.status, 429, "{}", limited.text());
         assert_eq!(up.count(), before, "a limited request must not reach the upstream");
         assert_eq!(limited.json()["error"]["type"], "rate_limited");
@@ -205,7 +192,7 @@ fn a_small_token_limit_takes_a_first_request_without_max_tokens() {
         // Its own cap over the whole limit can never pass, and the SDKs are told not to retry.
         let mut big = ask("hi");
         big["max_completion_tokens"] = json!(1000);
-        let never = chat(&g, &key, &big);
+        let never = g.chat(&key, &big);
         assert_eq!(never.status, 429, "{}", never.text());
         assert!(never.json()["error"]["message"].as_str().unwrap().contains("max_tokens"), "{}", never.text());
         assert_eq!(never.header("x-should-retry"), Some("false"));
@@ -235,7 +222,7 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
         let body = json!({"model": "gpt-4o", "max_tokens": 7, "messages": [{"role": "user", "content": "hi"}]});
         let reservation = (body.to_string().len() as f64 / 4.0).ceil() * 2.5e-6 + 7.0 * 1e-5;
         let statuses: Vec<u16> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..50).map(|_| s.spawn(|| chat(&g, &g.key, &body).status)).collect();
+            let hs: Vec<_> = (0..50).map(|_| s.spawn(|| g.chat(&g.key, &body).status)).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let ok = statuses.iter().filter(|&&s| s == 200).count();
@@ -249,7 +236,7 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
         // what is left one by one until the budget refuses.
         let mut ok = ok;
         let refused_resp = loop {
-            let r = chat(&g, &g.key, &body);
+            let r = g.chat(&g.key, &body);
             if r.status != 200 {
                 break r;
             }
@@ -272,7 +259,7 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
         g.spawn();
         let after = g.mgmt("GET", "/v1/budgets", Some(&g.key), None).json();
         assert!((after["data"][0]["spentUsd"].as_f64().unwrap() - spent).abs() < 1e-9, "{after}");
-        let again = chat(&g, &g.key, &body);
+        let again = g.chat(&g.key, &body);
         assert_eq!(again.status, 402, "{} / {after} / ok={ok}", again.text());
 
         // A granted budget request raises the budget: requests pass again.
@@ -286,7 +273,7 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
         let rid = req.json()["id"].as_str().unwrap().to_string();
         let ok = g.mgmt("POST", &format!("/v1/budgets/requests/{rid}/approve"), Some(&g.key), None);
         assert_eq!(ok.status, 200, "{}", ok.text());
-        assert_eq!(chat(&g, &g.key, &body).status, 200);
+        assert_eq!(g.chat(&g.key, &body).status, 200);
     }
 }
 
@@ -294,8 +281,8 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
 fn policies_deny_allowlists_block_and_updates_apply_without_restart() {
     for b in backends() {
         let (g, up) = setup(&b, &[]);
-        assert_eq!(chat(&g, &g.key, &ask("hi")).status, 200);
-        let (checks, _) = receipt_of(&g, &chat(&g, &g.key, &ask("hi")));
+        assert_eq!(g.chat(&g.key, &ask("hi")).status, 200);
+        let (checks, _) = receipt_of(&g, &g.chat(&g.key, &ask("hi")));
         assert_eq!(checks, ["UPSTREAM:PASS"], "no policy, no policy check");
 
         let id = policy(
@@ -303,7 +290,7 @@ fn policies_deny_allowlists_block_and_updates_apply_without_restart() {
             "rules:\n  - id: no-big-models\n    match: {model: [\"gpt-4o\"]}\n    action: deny\n    reason: needs approval\n",
         );
         let before = up.count();
-        let denied = chat(&g, &g.key, &json!({"model": "gpt-4o", "messages": []}));
+        let denied = g.chat(&g.key, &json!({"model": "gpt-4o", "messages": []}));
         assert_eq!(denied.status, 403, "{}", denied.text());
         assert_eq!(denied.json()["error"]["type"], "policy_denied");
         assert!(denied.json()["error"]["message"].as_str().unwrap().contains("no-big-models"));
@@ -311,7 +298,7 @@ fn policies_deny_allowlists_block_and_updates_apply_without_restart() {
         let (checks, rec) = receipt_of(&g, &denied);
         assert_eq!(checks, ["policy:deny", "UPSTREAM:SKIPPED"]);
         assert_eq!(rec["upstreamStatus"], "skipped");
-        let (checks, _) = receipt_of(&g, &chat(&g, &g.key, &ask("hi")));
+        let (checks, _) = receipt_of(&g, &g.chat(&g.key, &ask("hi")));
         assert_eq!(checks, ["policy:allow", "UPSTREAM:PASS"]);
 
         // Replace it: the next request sees the new policy (an allowlist now).
@@ -324,12 +311,12 @@ fn policies_deny_allowlists_block_and_updates_apply_without_restart() {
         );
         assert_eq!(r.status, 200, "{}", r.text());
         let before = up.count();
-        let blocked = chat(&g, &g.key, &json!({"model": "gpt-4o", "messages": []}));
+        let blocked = g.chat(&g.key, &json!({"model": "gpt-4o", "messages": []}));
         assert_eq!(blocked.status, 403, "{}", blocked.text());
         assert_eq!(up.count(), before);
         let (checks, _) = receipt_of(&g, &blocked);
         assert_eq!(checks, ["ALLOWLIST:BLOCK", "UPSTREAM:SKIPPED"]);
-        let (checks, _) = receipt_of(&g, &chat(&g, &g.key, &ask("hi")));
+        let (checks, _) = receipt_of(&g, &g.chat(&g.key, &ask("hi")));
         assert_eq!(checks, ["ALLOWLIST:PASS", "UPSTREAM:PASS"]);
 
         // Broken YAML is refused with its position, and the policy in force stays.
@@ -341,10 +328,10 @@ fn policies_deny_allowlists_block_and_updates_apply_without_restart() {
         );
         assert_eq!(r.status, 400);
         assert!(r.json()["error"]["message"].as_str().unwrap().contains("line 3, column 1: "), "{}", r.text());
-        assert_eq!(chat(&g, &g.key, &json!({"model": "gpt-4o", "messages": []})).status, 403);
+        assert_eq!(g.chat(&g.key, &json!({"model": "gpt-4o", "messages": []})).status, 403);
 
         assert_eq!(g.mgmt("DELETE", &format!("/v1/policies/{id}"), Some(&g.key), None).status, 204);
-        assert_eq!(chat(&g, &g.key, &json!({"model": "gpt-4o", "messages": []})).status, 200);
+        assert_eq!(g.chat(&g.key, &json!({"model": "gpt-4o", "messages": []})).status, 200);
     }
 }
 
@@ -362,12 +349,12 @@ fn policy_files_hot_reload_and_a_broken_file_keeps_the_old_policy() {
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display().to_string();
     let (g, _up) = setup(&Backend::Sqlite, &[("TOLLGATE_POLICY_DIR", &d)]);
-    assert_eq!(chat(&g, &g.key, &ask("hi")).status, 200);
+    assert_eq!(g.chat(&g.key, &ask("hi")).status, 200);
 
     let file = dir.join("deny.yaml");
     std::fs::write(&file, "rules:\n  - id: file-deny\n    match: {model: \"gpt-4o-mini\"}\n    action: deny\n")
         .unwrap();
-    wait_for("the file policy", || chat(&g, &g.key, &ask("hi")).status == 403);
+    wait_for("the file policy", || g.chat(&g.key, &ask("hi")).status == 403);
 
     std::fs::write(&file, "rules:\n  - id: file-deny\n    match: {model: [\n").unwrap();
     wait_for("the broken file on /status", || {
@@ -377,10 +364,10 @@ fn policy_files_hot_reload_and_a_broken_file_keeps_the_old_policy() {
     let s = g.mgmt("GET", "/status", None, None).json();
     let comp = s["components"].as_array().unwrap().iter().find(|c| c["name"] == "policies").unwrap().clone();
     assert!(comp["detail"].as_str().unwrap().contains("deny.yaml"), "{comp}");
-    assert_eq!(chat(&g, &g.key, &ask("hi")).status, 403, "the last good version stays in force");
+    assert_eq!(g.chat(&g.key, &ask("hi")).status, 403, "the last good version stays in force");
 
     std::fs::write(&file, "rules: []\n").unwrap();
-    wait_for("the fixed file", || chat(&g, &g.key, &ask("hi")).status == 200);
+    wait_for("the fixed file", || g.chat(&g.key, &ask("hi")).status == 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -393,7 +380,7 @@ fn request_guardrails_redact_before_the_upstream_and_block_with_events() {
         let (g, up) = setup(&b, &[]);
         policy(&g, GUARDS);
 
-        let r = chat(&g, &g.key, &ask("mail me at jane.doe@example.com please"));
+        let r = g.chat(&g.key, &ask("mail me at jane.doe@example.com please"));
         assert_eq!(r.status, 200, "{}", r.text());
         let sent = up.requests().last().unwrap().json();
         assert_eq!(sent["messages"][0]["content"], "mail me at [REDACTED:EMAIL] please");
@@ -401,16 +388,16 @@ fn request_guardrails_redact_before_the_upstream_and_block_with_events() {
         assert_eq!(checks, ["GUARDRAIL:REDACT", "UPSTREAM:PASS"]);
 
         let before = up.count();
-        let card = chat(&g, &g.key, &ask("my card is 4111 1111 1111 1111"));
+        let card = g.chat(&g.key, &ask("my card is 4111 1111 1111 1111"));
         assert_eq!(card.status, 400, "{}", card.text());
         assert_eq!(card.json()["error"]["type"], "guardrail_blocked");
-        let custom = chat(&g, &g.key, &ask("status of Project   Nightingale?"));
+        let custom = g.chat(&g.key, &ask("status of Project   Nightingale?"));
         assert_eq!(custom.status, 400);
         assert_eq!(up.count(), before, "blocked requests never reach the upstream");
         let (checks, _) = receipt_of(&g, &card);
         assert_eq!(checks, ["GUARDRAIL:BLOCK", "UPSTREAM:SKIPPED"]);
         // A Luhn-invalid number is no card.
-        assert_eq!(chat(&g, &g.key, &ask("order 4111 1111 1111 1112")).status, 200);
+        assert_eq!(g.chat(&g.key, &ask("order 4111 1111 1111 1112")).status, 200);
 
         // Anomalies list the events, newest first, without any of the text.
         let a = g.mgmt("GET", "/v1/anomalies", Some(&g.key), None);
@@ -475,7 +462,7 @@ fn answer_guardrails_catch_a_card_split_across_stream_events() {
     assert!(text.contains("message_stop"), "the stream still ends properly: {text}");
 
     // Non-streamed answers are redacted whole.
-    let r = chat(&g, &g.key, &ask("ECHO:card 4111-1111-1111-1111 ok"));
+    let r = g.chat(&g.key, &ask("ECHO:card 4111-1111-1111-1111 ok"));
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["choices"][0]["message"]["content"], "card [REDACTED:CREDIT_CARD] ok");
     let (checks, _) = receipt_of(&g, &r);
@@ -488,7 +475,7 @@ fn the_cache_answers_repeats_without_the_upstream_and_reports_savings() {
         let (g, up) = setup(&b, &[]);
         policy(&g, "cache:\n  mode: exact\n  ttlSeconds: 600\n");
 
-        let first = chat(&g, &g.key, &ask("what is 2+2?"));
+        let first = g.chat(&g.key, &ask("what is 2+2?"));
         assert_eq!(first.status, 200);
         let n = up.count();
         // Same request, members in another order: a hit.
@@ -521,8 +508,8 @@ fn the_cache_answers_repeats_without_the_upstream_and_reports_savings() {
         // A streamed request replays as SSE.
         let mut s = ask("stream me");
         s["stream"] = json!(true);
-        let one = chat(&g, &g.key, &s);
-        let two = chat(&g, &g.key, &s);
+        let one = g.chat(&g.key, &s);
+        let two = g.chat(&g.key, &s);
         assert_eq!(up.count(), n + 2);
         assert!(two.header("content-type").unwrap().starts_with("text/event-stream"));
         assert_eq!(one.text(), two.text());
@@ -546,7 +533,7 @@ fn the_cache_answers_repeats_without_the_upstream_and_reports_savings() {
         g.set_provider(&other, "openai", &up.url(), "sk-x");
         let yaml = json!({"name": "c", "enabled": true, "yaml": "cache: {mode: exact}\n"});
         assert_eq!(g.mgmt("POST", "/v1/policies", Some(&other), Some(&yaml)).status, 201);
-        let o = chat(&g, &other, &ask("what is 2+2?"));
+        let o = g.chat(&other, &ask("what is 2+2?"));
         assert_eq!(o.status, 200);
         assert_eq!(up.count(), n + 3);
     }

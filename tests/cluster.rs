@@ -17,10 +17,6 @@ use support::{http, Gateway, Resp, Standin};
 const NO_REFRESH: (&str, &str) = ("TOLLGATE_SNAPSHOT_REFRESH_MS", "600000");
 const CHAT: &[u8] = br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
 
-fn chat(g: &Gateway, key: &str) -> Resp {
-    g.post_gw("/v1/chat/completions", key, CHAT)
-}
-
 /// Polls every instance but the first until `holds` is true on each; returns the ms from `since`
 /// (just after the change's API call returned) to the first answer that showed it, per instance.
 /// A generous deadline, no timed assertion: the figures are printed.
@@ -41,13 +37,6 @@ fn propagation(c: &Cluster, what: &str, since: Instant, mut holds: impl FnMut(&G
     took
 }
 
-fn create_key(c: &Cluster, body: serde_json::Value) -> (String, String) {
-    let r = c.node(0).mgmt("POST", "/v1/keys", Some(&c.key), Some(&body));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let v = r.json();
-    (v["id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
-}
-
 #[test]
 fn a_change_on_one_instance_is_in_force_on_the_others_at_once() {
     let Some(c) = Cluster::start(3, &[NO_REFRESH]) else { return };
@@ -56,15 +45,15 @@ fn a_change_on_one_instance_is_in_force_on_the_others_at_once() {
     // A provider credential set on instance 1 (sealed there, opened on the others: one master key).
     c.node(0).set_provider(&c.key, "openai", &a.url(), "sk-a");
     let since = Instant::now();
-    let (key_id, key) = create_key(&c, json!({ "label": "traveller" }));
-    propagation(&c, "new key and provider", since, |g| chat(g, &key).status == 200);
+    let (key_id, key) = c.node(0).new_key(&c.key, &json!({ "label": "traveller" }));
+    propagation(&c, "new key and provider", since, |g| g.say(&key, "gpt-4o-mini", "hi").status == 200);
 
     // The provider changed on instance 1: the others send to the new base URL.
     c.node(0).set_provider(&c.key, "openai", &b.url(), "sk-b");
     let since = Instant::now();
     propagation(&c, "provider change", since, |g| {
         let before = b.count();
-        chat(g, &key).status == 200 && b.count() > before
+        g.say(&key, "gpt-4o-mini", "hi").status == 200 && b.count() > before
     });
 
     // Limits patched on instance 1: the others refuse over the new rpm.
@@ -72,7 +61,7 @@ fn a_change_on_one_instance_is_in_force_on_the_others_at_once() {
     assert_eq!(r.status, 200, "{}", r.text());
     let since = Instant::now();
     propagation(&c, "rpmLimit patch", since, |g| {
-        let r = chat(g, &key);
+        let r = g.say(&key, "gpt-4o-mini", "hi");
         r.status == 429 && r.header("retry-after").is_some()
     });
 
@@ -83,15 +72,17 @@ fn a_change_on_one_instance_is_in_force_on_the_others_at_once() {
          WHERE datname = current_database() AND query LIKE 'LISTEN%'",
     );
     println!("listener connections terminated: {killed}");
-    let (_, second) = create_key(&c, json!({ "label": "after reconnect" }));
+    let (_, second) = c.node(0).new_key(&c.key, &json!({ "label": "after reconnect" }));
     let since = Instant::now();
-    propagation(&c, "new key after the listeners reconnected", since, |g| chat(g, &second).status == 200);
+    propagation(&c, "new key after the listeners reconnected", since, |g| {
+        g.say(&second, "gpt-4o-mini", "hi").status == 200
+    });
 
     // Deleted on instance 1: 401 everywhere.
     let r = c.node(0).mgmt("DELETE", &format!("/v1/keys/{key_id}"), Some(&c.key), None);
     assert!(r.status == 200 || r.status == 204, "{} {}", r.status, r.text());
     let since = Instant::now();
-    propagation(&c, "key deletion", since, |g| chat(g, &key).status == 401);
+    propagation(&c, "key deletion", since, |g| g.say(&key, "gpt-4o-mini", "hi").status == 401);
 
     for (i, g) in c.nodes.iter().enumerate() {
         let sent = g.metric("tollgate_change_notices_total", &["direction=\"sent\""]);
@@ -151,7 +142,7 @@ fn the_front_spreads_requests_over_the_instances_and_skips_a_stopped_one() {
     c.node(0).set_provider(&c.key, "openai", &up.url(), "sk-provider");
     let key = c.key.clone();
     // The provider reaches the others by notice; wait until each instance has it.
-    propagation(&c, "provider", Instant::now(), |g| chat(g, &key).status == 200);
+    propagation(&c, "provider", Instant::now(), |g| g.say(&key, "gpt-4o-mini", "hi").status == 200);
 
     let front = Front::start(&c.gateways());
     let mut served: Vec<String> = Vec::new();

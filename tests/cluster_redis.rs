@@ -26,23 +26,18 @@ const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A key labelled `label` with `settings`: `budgetUsd` at creation, `rpmLimit`/`tpmLimit`
 /// through `PATCH /v1/keys/{id}/limits`. Its id and secret.
-fn create_key(g: &Gateway, label: &str, settings: Value) -> (String, String) {
+/// A key whose `budgetUsd` is set at creation and whose other settings are its limits.
+fn limited_key(g: &Gateway, label: &str, settings: Value) -> (String, String) {
     let mut create = json!({"label": label});
     let mut limits = json!({});
     for (k, v) in settings.as_object().unwrap() {
         let to = if k == "budgetUsd" { &mut create } else { &mut limits };
         to[k] = v.clone();
     }
-    let r = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&create));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let (id, key) = (r.json()["id"].as_str().unwrap().to_string(), r.json()["key"].as_str().unwrap().to_string());
+    let (id, key) = g.new_key(&g.key, &create);
     let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&limits));
     assert_eq!(r.status, 200, "{}", r.text());
     (id, key)
-}
-
-fn chat(g: &Gateway, key: &str, body: &Value) -> http::Resp {
-    g.post_gw("/v1/chat/completions", key, &serde_json::to_vec(body).unwrap())
 }
 
 /// Rate windows are aligned minutes: a burst that must land in one window starts early in one
@@ -76,7 +71,7 @@ fn rate_limits_are_exact_across_three_instances() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((cluster, _up, (_, key))) = three(&env, |g| create_key(g, "rpm-30", json!({"rpmLimit": 30}))) else {
+    let Some((cluster, _up, (_, key))) = three(&env, |g| limited_key(g, "rpm-30", json!({"rpmLimit": 30}))) else {
         return;
     };
     let all = &cluster.nodes;
@@ -86,7 +81,7 @@ fn rate_limits_are_exact_across_three_instances() {
     let mut ok = 0;
     let mut limited = 0;
     for i in 0..90 {
-        let r = chat(&all[i % 3], &key, &hello());
+        let r = all[i % 3].chat(&key, &hello());
         match r.status {
             200 => ok += 1,
             429 => {
@@ -122,7 +117,7 @@ fn a_busy_key_drawing_on_grants_is_still_exact_across_three_instances() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((mut cluster, _up, (key_id, key))) = three(&env, |g| create_key(g, "rpm-300", json!({"rpmLimit": 300})))
+    let Some((mut cluster, _up, (key_id, key))) = three(&env, |g| limited_key(g, "rpm-300", json!({"rpmLimit": 300})))
     else {
         return;
     };
@@ -135,7 +130,7 @@ fn a_busy_key_drawing_on_grants_is_still_exact_across_three_instances() {
             std::thread::spawn(move || {
                 let (mut ok, mut limited) = (0, 0);
                 for i in 0..80 {
-                    let r = chat(&all[(t + i) % 3], &key, &hello());
+                    let r = all[(t + i) % 3].chat(&key, &hello());
                     match r.status {
                         200 => ok += 1,
                         429 => {
@@ -177,7 +172,7 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
     // reserves about as much (max_tokens).
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
     let Some((mut cluster, _up, (key_id, key))) =
-        three(&env, |g| create_key(g, "one-dollar", json!({"budgetUsd": 1.0})))
+        three(&env, |g| limited_key(g, "one-dollar", json!({"budgetUsd": 1.0})))
     else {
         return;
     };
@@ -194,7 +189,7 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
                 let mut costs = Vec::new();
                 for i in 0..8 {
                     let g = &all[(t + i) % 3];
-                    let r = chat(g, &key, &body);
+                    let r = g.chat(&key, &body);
                     match r.status {
                         200 => costs.push(g.receipt_of(&r)["costUsd"].as_f64().unwrap()),
                         402 => assert_eq!(r.json()["error"]["type"], "budget_exceeded", "{}", r.text()),
@@ -254,14 +249,14 @@ fn the_shared_cache_answers_on_another_instance() {
     let all = &cluster.nodes;
     let key = all[0].key.clone();
     let ask = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "shared question"}]});
-    let first = chat(&all[0], &key, &ask);
+    let first = all[0].chat(&key, &ask);
     assert_eq!(first.status, 200);
     assert_eq!(first.header("x-tollgate-cache"), None, "the first answer is a miss");
     let calls = up.count();
     // Instance 3 never saw this question: it hits what instance 1 kept in Redis.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let r = chat(&all[2], &key, &ask);
+        let r = all[2].chat(&key, &ask);
         assert_eq!(r.status, 200);
         if r.header("x-tollgate-cache") == Some("HIT") {
             assert_eq!(r.text(), first.text(), "the same answer, from Redis");
@@ -294,24 +289,24 @@ fn with_own_redis(on_down: &str) -> Option<(OwnRedis, Gateway, Standin)> {
 #[test]
 fn redis_down_fails_closed_then_recovers() {
     let Some((mut redis, g, _up)) = with_own_redis("closed") else { return };
-    let (_, key) = create_key(&g, "limited", json!({"rpmLimit": 1000}));
-    assert_eq!(chat(&g, &key, &hello()).status, 200);
+    let (_, key) = limited_key(&g, "limited", json!({"rpmLimit": 1000}));
+    assert_eq!(g.chat(&key, &hello()).status, 200);
     assert_eq!(shared_state(&g)["status"], "operational");
 
     redis.stop();
     let started = Instant::now();
-    let r = chat(&g, &key, &hello());
+    let r = g.chat(&key, &hello());
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["type"], "unavailable");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("shared state"), "{}", r.text());
     println!("first answer with Redis down after {} ms", started.elapsed().as_millis());
     // A key without limits or budgets needs nothing shared: it is served.
-    assert_eq!(chat(&g, &g.key, &hello()).status, 200);
+    assert_eq!(g.chat(&g.key, &hello()).status, 200);
     let s = shared_state(&g);
     assert_ne!(s["status"], "operational", "{s}");
     // Later requests do not wait on Redis at all (it is known to be down): still 503.
     for _ in 0..5 {
-        assert_eq!(chat(&g, &key, &hello()).status, 503);
+        assert_eq!(g.chat(&key, &hello()).status, 503);
     }
     assert_eq!(g.metric("tollgate_shared_state_up", &[]), 0.0);
     assert!(g.metric("tollgate_shared_state_fallbacks_total", &["check=\"RATELIMIT\"", "mode=\"closed\""]) >= 1.0);
@@ -319,7 +314,7 @@ fn redis_down_fails_closed_then_recovers() {
     redis.restart();
     let back = Instant::now();
     let deadline = back + Duration::from_secs(20);
-    while chat(&g, &key, &hello()).status != 200 {
+    while g.chat(&key, &hello()).status != 200 {
         assert!(Instant::now() < deadline, "no recovery after Redis came back");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -333,15 +328,15 @@ fn redis_down_fails_closed_then_recovers() {
 #[test]
 fn redis_down_fails_open_to_per_process_limits_and_reloads_spend() {
     let Some((mut redis, g, _up)) = with_own_redis("open") else { return };
-    let (key_id, key) = create_key(&g, "limited", json!({"rpmLimit": 3, "budgetUsd": 0.25}));
+    let (key_id, key) = limited_key(&g, "limited", json!({"rpmLimit": 3, "budgetUsd": 0.25}));
     let costly =
         json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
-    assert_eq!(chat(&g, &key, &costly).status, 200);
+    assert_eq!(g.chat(&key, &costly).status, 200);
 
     early_in_a_minute();
     redis.stop();
     // Per-process windows: three more fit in this process's own minute (it counted none yet).
-    let statuses: Vec<u16> = (0..4).map(|_| chat(&g, &key, &hello()).status).collect();
+    let statuses: Vec<u16> = (0..4).map(|_| g.chat(&key, &hello()).status).collect();
     assert_eq!(statuses, [200, 200, 200, 429], "fell back to per-process limits");
     assert_ne!(shared_state(&g)["status"], "operational");
 
@@ -393,7 +388,7 @@ fn one_instance_killed_mid_burst_the_others_keep_serving_and_the_chain_holds() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((mut cluster, _up, (_, key))) = three(&env, |g| create_key(g, "burst", json!({"rpmLimit": 100000})))
+    let Some((mut cluster, _up, (_, key))) = three(&env, |g| limited_key(g, "burst", json!({"rpmLimit": 100000})))
     else {
         return;
     };
@@ -459,11 +454,11 @@ fn a_budget_made_later_counts_the_spend_before_it() {
     let prefix = fresh_prefix();
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", prefix.as_str())];
     let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
-    let (key_id, key) = create_key(&g, "spender", json!({}));
+    let (key_id, key) = limited_key(&g, "spender", json!({}));
     let costly =
         json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
     for _ in 0..2 {
-        assert_eq!(chat(&g, &key, &costly).status, 200);
+        assert_eq!(g.chat(&key, &costly).status, 200);
     }
     // $0.20 spent; a $0.25 budget leaves no room for another $0.10 request.
     let r = g.mgmt(
@@ -482,7 +477,7 @@ fn a_budget_made_later_counts_the_spend_before_it() {
     }
     let spent: i64 = redis_hgetall(&redis, &hash)["spent"].parse().unwrap();
     assert!((200_000_000..201_000_000).contains(&spent), "about $0.20 (in nano-dollars): {spent}");
-    let r = chat(&g, &key, &costly);
+    let r = g.chat(&key, &costly);
     assert_eq!(r.status, 402, "{}", r.text());
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("$0.2"), "{}", r.text());
     // Decided by Redis, not by this process's own ledger.
@@ -500,12 +495,12 @@ fn redis_unreachable_at_start_then_in_use_once_it_answers() {
     let env = [("TOLLGATE_REDIS_URL", redis_url.as_str()), ("TOLLGATE_REDIS_ON_DOWN", "closed")];
     let (g, _up) = support::with_standin(&Backend::Postgres(url), &env);
     assert_eq!(shared_state(&g)["status"], "outage");
-    let (_, key) = create_key(&g, "limited", json!({"rpmLimit": 100}));
-    assert_eq!(chat(&g, &key, &hello()).status, 503);
+    let (_, key) = limited_key(&g, "limited", json!({"rpmLimit": 100}));
+    assert_eq!(g.chat(&key, &hello()).status, 503);
 
     redis.restart();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while chat(&g, &key, &hello()).status != 200 {
+    while g.chat(&key, &hello()).status != 200 {
         assert!(Instant::now() < deadline, "Redis never taken into use");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -11,26 +11,14 @@ use serde_json::{json, Value};
 use support::{backends, Backend, Gateway};
 use tollgate::receipts::merkle;
 
-fn chat(g: &Gateway, key: &str, model: &str) -> String {
-    let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
-    let r = g.post_gw("/v1/chat/completions", key, body.as_bytes());
-    r.header("x-tollgate-receipt-id").unwrap_or_else(|| panic!("no receipt id: {}", r.text())).to_string()
-}
-
-fn get(g: &Gateway, key: &str, path: &str) -> Value {
-    let r = g.mgmt("GET", path, Some(key), None);
-    assert_eq!(r.status, 200, "{path}: {}", r.text());
-    r.json()
-}
-
 /// 4 answered, 1 upstream failure, 1 blocked by the rate limit: 6 receipts, seq 1..6.
 fn traffic(g: &Gateway) -> Vec<String> {
-    let key_id = get(g, &g.key, "/v1/keys")["data"][0]["id"].as_str().unwrap().to_string();
+    let key_id = g.get_json(&g.key, "/v1/keys")["data"][0]["id"].as_str().unwrap().to_string();
     let r = g.mgmt("PATCH", &format!("/v1/keys/{key_id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": 5})));
     assert_eq!(r.status, 200, "{}", r.text());
-    let mut ids: Vec<String> = (0..4).map(|_| chat(g, &g.key, "gpt-4o-mini")).collect();
-    ids.push(chat(g, &g.key, "gpt-fail"));
-    ids.push(chat(g, &g.key, "gpt-4o-mini")); // the 6th in a minute: 429
+    let mut ids: Vec<String> = (0..4).map(|_| g.say(&g.key, "gpt-4o-mini", "hi").receipt_id()).collect();
+    ids.push(g.say(&g.key, "gpt-fail", "hi").receipt_id());
+    ids.push(g.say(&g.key, "gpt-4o-mini", "hi").receipt_id()); // the 6th in a minute: 429
     assert_eq!(g.wait_receipts(&g.key, 6), 6);
     ids
 }
@@ -38,14 +26,14 @@ fn traffic(g: &Gateway) -> Vec<String> {
 fn this_hashes(g: &Gateway, ids: &[String]) -> Vec<merkle::Hash> {
     ids.iter()
         .map(|id| {
-            let r = get(g, &g.key, &format!("/v1/receipts/{id}"));
+            let r = g.get_json(&g.key, &format!("/v1/receipts/{id}"));
             merkle::from_hex(r["thisHash"].as_str().unwrap()).unwrap()
         })
         .collect()
 }
 
 fn public_key(g: &Gateway, key_id: &str) -> VerifyingKey {
-    let keys = get(g, &g.key, "/v1/compliance/signing-keys");
+    let keys = g.get_json(&g.key, "/v1/compliance/signing-keys");
     let k = keys["keys"].as_array().unwrap().iter().find(|k| k["keyId"] == key_id).expect("key in the registry");
     let raw = base64::engine::general_purpose::STANDARD.decode(k["publicKey"].as_str().unwrap()).unwrap();
     VerifyingKey::from_bytes(&raw.try_into().unwrap()).unwrap()
@@ -63,7 +51,7 @@ fn attestation_is_computed_from_the_chain_and_signed() {
     for b in backends() {
         let (g, _up) = support::with_standin(&b, &[]);
         let ids = traffic(&g);
-        let a = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6");
+        let a = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6");
         let t = &a["totals"];
         assert_eq!(t["receipts"], 6, "{a}");
         assert_eq!((t["modelReceipts"].as_u64(), t["toolReceipts"].as_u64()), (Some(6), Some(0)));
@@ -101,14 +89,14 @@ fn attestation_is_computed_from_the_chain_and_signed() {
 
         // The same period by time and by days; a sub-period links to its anchor.
         for q in ["days=1", "from=2020-01-01T00:00:00Z", "from=2020-01-01T00:00:00Z&to=2100-01-01T00:00:00Z"] {
-            let other = get(&g, &g.key, &format!("/v1/compliance/attestation?{q}"));
+            let other = g.get_json(&g.key, &format!("/v1/compliance/attestation?{q}"));
             assert_eq!(other["merkle"]["root"], root.as_str(), "{q}");
             assert!(other["period"]["label"].is_string() && other["period"]["days"].is_u64(), "{q}");
         }
-        let sub = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=2&toSeq=4");
+        let sub = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=2&toSeq=4");
         assert_eq!(sub["merkle"]["root"], merkle::to_hex(&merkle::root(&leaves[1..4])));
         assert_eq!(sub["totals"]["chainVerified"], true);
-        let empty = get(&g, &g.key, "/v1/compliance/attestation?from=2001-01-01T00:00:00Z&to=2001-01-02T00:00:00Z");
+        let empty = g.get_json(&g.key, "/v1/compliance/attestation?from=2001-01-01T00:00:00Z&to=2001-01-02T00:00:00Z");
         assert_eq!(empty["merkle"]["leafCount"], 0);
         assert_eq!(empty["merkle"]["root"], merkle::to_hex(&merkle::empty_root()));
 
@@ -127,7 +115,7 @@ fn attestation_is_computed_from_the_chain_and_signed() {
 
         // Tampering with a stored field breaks the chain and that receipt's signature.
         assert_eq!(g.sql("UPDATE receipts SET completion_tokens = 999 WHERE seq = 3"), 1);
-        let broken = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6");
+        let broken = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6");
         assert_eq!(broken["totals"]["chainVerified"], false);
         assert_eq!(broken["totals"]["signaturesVerified"], false);
         assert_eq!(broken["totals"]["signaturesVerifiedCount"], 5);
@@ -141,10 +129,11 @@ fn inclusion_proofs_verify_against_the_attested_root() {
         let (g, _up) = support::with_standin(&b, &[]);
         let ids = traffic(&g);
         let hashes = this_hashes(&g, &ids);
-        let root_hex = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6")["merkle"]["root"].clone();
+        let root_hex = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6")["merkle"]["root"].clone();
         let root = merkle::from_hex(root_hex.as_str().unwrap()).unwrap();
         for (i, id) in ids.iter().enumerate() {
-            let p = get(&g, &g.key, &format!("/v1/compliance/attestation/receipts/{id}/inclusion?fromSeq=1&toSeq=6"));
+            let p =
+                g.get_json(&g.key, &format!("/v1/compliance/attestation/receipts/{id}/inclusion?fromSeq=1&toSeq=6"));
             assert_eq!(p["root"], root_hex, "{p}");
             assert_eq!(
                 (p["index"].as_u64(), p["treeSize"].as_u64(), p["seq"].as_u64()),
@@ -165,7 +154,7 @@ fn inclusion_proofs_verify_against_the_attested_root() {
             assert_eq!((p["scope"].is_string(), p["disclaimer"].is_string()), (true, true));
         }
         // The same proof with the default period (last 30 days).
-        let p = get(&g, &g.key, &format!("/v1/compliance/attestation/receipts/{}/inclusion", ids[2]));
+        let p = g.get_json(&g.key, &format!("/v1/compliance/attestation/receipts/{}/inclusion", ids[2]));
         assert_eq!((p["verified"].as_bool(), p["root"].clone()), (Some(true), root_hex.clone()));
         // A receipt outside the period.
         let r = g.mgmt(
@@ -194,7 +183,7 @@ fn another_tenant_sees_none_of_it() {
     let r = g.mgmt("GET", &format!("/v1/compliance/attestation/receipts/{}/inclusion", ids[0]), Some(&key2), None);
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["type"], "not_found");
-    let a = get(&g, &key2, "/v1/compliance/attestation");
+    let a = g.get_json(&key2, "/v1/compliance/attestation");
     assert_eq!(a["totals"]["receipts"], 0);
     let bundle = g.mgmt("GET", "/v1/compliance/evidence-bundle", Some(&key2), None);
     assert_eq!(bundle.status, 200);
@@ -233,7 +222,7 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
             "{out}"
         );
         let public =
-            get(&g, &g.key, "/v1/compliance/signing-keys")["keys"][0]["publicKey"].as_str().unwrap().to_string();
+            g.get_json(&g.key, "/v1/compliance/signing-keys")["keys"][0]["publicKey"].as_str().unwrap().to_string();
         assert!(verify_cli(&g, &r.body, &["--key", &public]).0, "pinned to the real key");
         let stranger = base64::engine::general_purpose::STANDARD
             .encode(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key().to_bytes());
@@ -278,13 +267,13 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
         let (g, _up) =
             support::with_standin(&b, &[("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "0")]);
         for _ in 0..14 {
-            chat(&g, &g.key, "gpt-4o-mini");
+            g.say(&g.key, "gpt-4o-mini", "hi").receipt_id();
         }
         assert_eq!(g.wait_receipts(&g.key, 14), 14);
         let t = g.tenant_id.clone();
         let all = "/v1/compliance/attestation?fromSeq=1&toSeq=14";
 
-        let cold = get(&g, &g.key, all);
+        let cold = g.get_json(&g.key, all);
         assert_eq!(
             (cold["totals"]["chainVerified"].as_bool(), cold["totals"]["signaturesVerified"].as_bool()),
             (Some(true), Some(true))
@@ -295,7 +284,7 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
             |tenant: &str| g.sql(&format!("UPDATE verified_spans SET key_ids = key_ids WHERE tenant_id = '{tenant}'"));
         assert_eq!(touch(&t), 3, "memo rows are the tenant's");
 
-        let warm = get(&g, &g.key, all);
+        let warm = g.get_json(&g.key, all);
         assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (16.0, 3.0), "only 13 and 14 re-verified");
         for field in ["totals", "verification", "merkle", "checkCoverage", "anchor"] {
             assert_eq!(warm[field], cold[field], "{field}");
@@ -313,7 +302,7 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
             )),
             1
         );
-        let forged = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=8");
+        let forged = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=8");
         assert_eq!(forged["totals"]["signaturesVerified"], true);
         assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (22.0, 7.0));
         assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 4.0), 4.0, "and its row rewritten");
@@ -324,7 +313,7 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
              r.seq = 7) WHERE tenant_id = '{t}' AND seq = 6"
         ));
         assert_eq!(swapped, 1);
-        let bad = get(&g, &g.key, all);
+        let bad = g.get_json(&g.key, all);
         assert_eq!(
             (bad["totals"]["chainVerified"].as_bool(), bad["totals"]["signaturesVerified"].as_bool()),
             (Some(true), Some(false))
@@ -338,7 +327,7 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
             g.sql(&format!("UPDATE receipts SET key_id = '0000000000000000' WHERE tenant_id = '{t}' AND seq = 10")),
             1
         );
-        let bad = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=9&toSeq=12");
+        let bad = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=9&toSeq=12");
         assert_eq!(bad["totals"]["signaturesVerified"], false);
         assert_eq!(bad["verification"]["badSignatureAtSeq"], 10);
 
@@ -347,7 +336,7 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
             g.sql(&format!("UPDATE receipts SET completion_tokens = 999 WHERE tenant_id = '{t}' AND seq = 3")),
             1
         );
-        let bad = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=4");
+        let bad = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=4");
         assert_eq!(
             (bad["totals"]["chainVerified"].as_bool(), bad["totals"]["signaturesVerified"].as_bool()),
             (Some(false), Some(false))
@@ -366,12 +355,12 @@ fn the_chain_auditor_warms_the_memo() {
         let env = [("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "1")];
         let (g, _up) = support::with_standin(&b, &env);
         for _ in 0..9 {
-            chat(&g, &g.key, "gpt-4o-mini");
+            g.say(&g.key, "gpt-4o-mini", "hi").receipt_id();
         }
         assert_eq!(g.wait_receipts(&g.key, 9), 9);
         assert_eq!(g.metric_eventually(MEMO_WRITTEN, &[], 2.0), 2.0, "blocks 1-4 and 5-8, not the partial 9");
         assert_eq!(g.metric(ED25519, &[]), 8.0, "each whole block walked once");
-        let a = get(&g, &g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=9");
+        let a = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=9");
         assert_eq!(a["totals"]["signaturesVerified"], true);
         assert_eq!((g.metric(ED25519, &[]), g.metric(MEMO_BLOCKS, &[])), (9.0, 2.0));
     }

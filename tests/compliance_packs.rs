@@ -9,18 +9,6 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use support::{backends, Gateway};
 
-fn chat(g: &Gateway, key: &str) -> (u16, String) {
-    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).to_string();
-    let r = g.post_gw("/v1/chat/completions", key, body.as_bytes());
-    (r.status, r.header("x-tollgate-receipt-id").unwrap_or_else(|| panic!("no receipt id: {}", r.text())).to_string())
-}
-
-fn get(g: &Gateway, key: &str, path: &str) -> Value {
-    let r = g.mgmt("GET", path, Some(key), None);
-    assert_eq!(r.status, 200, "{path}: {}", r.text());
-    r.json()
-}
-
 fn status(g: &Gateway, key: &str, method: &str, path: &str) -> u16 {
     g.mgmt(method, path, Some(key), None).status
 }
@@ -60,7 +48,7 @@ fn packs_coverage_stamps_and_receipt_controls() {
         let key = g.key.clone();
 
         // Baseline packs: hashes over the exact bytes shipped in conf/packs.
-        let packs = get(&g, &key, "/v1/compliance/packs");
+        let packs = g.get_json(&key, "/v1/compliance/packs");
         let list = packs["data"].as_array().unwrap();
         assert_eq!(list.len(), 5, "{packs}");
         for p in list {
@@ -73,7 +61,7 @@ fn packs_coverage_stamps_and_receipt_controls() {
         assert!(v1.starts_with("ps-") && v1.len() == 15, "{v1}");
 
         // Coverage map: the seed's fields; summary counts equal the controls.
-        let eu = get(&g, &key, "/v1/compliance/coverage/eu-ai-act");
+        let eu = g.get_json(&key, "/v1/compliance/coverage/eu-ai-act");
         for f in ["framework", "version", "title", "status", "effectiveDate", "disclaimer", "packHash", "source"] {
             assert!(eu[f].is_string(), "{f}: {eu}");
         }
@@ -88,19 +76,20 @@ fn packs_coverage_stamps_and_receipt_controls() {
         assert_eq!(status(&g, &key, "GET", "/v1/compliance/coverage/no-such-framework"), 404);
 
         // Traffic: two answered, the third over the rpm limit (RATELIMIT BLOCK). Stamped with v1.
-        let key_id = get(&g, &key, "/v1/keys")["data"][0]["id"].as_str().unwrap().to_string();
+        let key_id = g.get_json(&key, "/v1/keys")["data"][0]["id"].as_str().unwrap().to_string();
         let r = g.mgmt("PATCH", &format!("/v1/keys/{key_id}/limits"), Some(&key), Some(&json!({"rpmLimit": 2})));
         assert_eq!(r.status, 200);
-        let ids: Vec<(u16, String)> = (0..3).map(|_| chat(&g, &key)).collect();
+        let ids: Vec<(u16, String)> =
+            (0..3).map(|_| g.say(&key, "gpt-4o-mini", "hi")).map(|r| (r.status, r.receipt_id())).collect();
         assert_eq!(ids.iter().map(|i| i.0).collect::<Vec<_>>(), [200, 200, 429]);
         assert_eq!(g.wait_receipts(&key, 3), 3);
         for (_, id) in &ids {
-            assert_eq!(get(&g, &key, &format!("/v1/receipts/{id}"))["receiptPackVersion"], v1.as_str());
+            assert_eq!(g.get_json(&key, &format!("/v1/receipts/{id}"))["receiptPackVersion"], v1.as_str());
         }
 
         // Receipt controls of the blocked request.
         let blocked = &ids[2].1;
-        let rc = get(&g, &key, &format!("/v1/compliance/receipts/{blocked}/controls"));
+        let rc = g.get_json(&key, &format!("/v1/compliance/receipts/{blocked}/controls"));
         assert_eq!((rc["verified"].as_bool(), rc["note"].is_null()), (Some(true), true), "{rc}");
         assert_eq!(rc["receiptPackVersion"], v1.as_str());
         assert_eq!(rc["frameworks"].as_array().unwrap().len(), 5);
@@ -125,16 +114,17 @@ fn packs_coverage_stamps_and_receipt_controls() {
         assert!(!listed(&rc, "owasp-llm-2025", "owasp-llm-2025:LLM02"), "GUARDRAIL did not run: {rc}");
         // The same reading as the control's receipts list: a control is listed for this receipt
         // exactly when the receipt is among the receipts that prove it.
-        for p in get(&g, &key, "/v1/compliance/packs")["data"].as_array().unwrap() {
+        for p in g.get_json(&key, "/v1/compliance/packs")["data"].as_array().unwrap() {
             let fw = p["framework"].as_str().unwrap();
-            for c in get(&g, &key, &format!("/v1/compliance/coverage/{fw}"))["controls"].as_array().unwrap() {
+            for c in g.get_json(&key, &format!("/v1/compliance/coverage/{fw}"))["controls"].as_array().unwrap() {
                 let id = c["id"].as_str().unwrap();
-                let proving = get(&g, &key, &format!("/v1/compliance/coverage/{fw}/controls/{id}/receipts?limit=200"));
+                let proving =
+                    g.get_json(&key, &format!("/v1/compliance/coverage/{fw}/controls/{id}/receipts?limit=200"));
                 let proves = proving["receipts"].as_array().unwrap().iter().any(|r| r["receiptId"] == blocked.as_str());
                 assert_eq!(listed(&rc, fw, id), proves, "{id}");
             }
         }
-        let one = get(&g, &key, &format!("/v1/compliance/receipts/{blocked}/controls?framework=soc2"));
+        let one = g.get_json(&key, &format!("/v1/compliance/receipts/{blocked}/controls?framework=soc2"));
         assert_eq!(one["frameworks"].as_array().unwrap().len(), 1);
         let cc61 = control(&one, "soc2", "soc2:CC6.1");
         assert_eq!((cc61["check"].as_str(), cc61["result"].as_str()), (Some("KEY"), Some("PASS")));
@@ -142,18 +132,18 @@ fn packs_coverage_stamps_and_receipt_controls() {
 
         // The receipts that prove a control: cursor pages, full or bare id, encoded or not.
         let path = "/v1/compliance/coverage/owasp-llm-2025/controls/owasp-llm-2025%3ALLM10/receipts?limit=2";
-        let page1 = get(&g, &key, path);
+        let page1 = g.get_json(&key, path);
         assert_eq!(page1["receipts"].as_array().unwrap().len(), 2, "{page1}");
         let cursor = page1["nextCursor"].as_u64().expect("a second page");
-        let page2 = get(&g, &key, &format!("{path}&cursor={cursor}"));
+        let page2 = g.get_json(&key, &format!("{path}&cursor={cursor}"));
         assert_eq!(page2["receipts"].as_array().unwrap().len(), 1);
         assert!(page2["nextCursor"].is_null());
-        let bare = get(&g, &key, "/v1/compliance/coverage/owasp-llm-2025/controls/LLM10/receipts");
+        let bare = g.get_json(&key, "/v1/compliance/coverage/owasp-llm-2025/controls/LLM10/receipts");
         assert_eq!(bare["receipts"].as_array().unwrap().len(), 3);
-        let ext = get(&g, &key, "/v1/compliance/coverage/owasp-llm-2025/controls/owasp-llm-2025:LLM04/receipts");
+        let ext = g.get_json(&key, "/v1/compliance/coverage/owasp-llm-2025/controls/owasp-llm-2025:LLM04/receipts");
         assert!(ext["receipts"].as_array().unwrap().is_empty() && ext["note"].is_string(), "{ext}");
         // GUARDRAIL never ran here (no guardrail configured): nothing proves LLM02.
-        let none = get(&g, &key, "/v1/compliance/coverage/owasp-llm-2025/controls/LLM02/receipts");
+        let none = g.get_json(&key, "/v1/compliance/coverage/owasp-llm-2025/controls/LLM02/receipts");
         assert!(none["receipts"].as_array().unwrap().is_empty(), "{none}");
         let nope = "/v1/compliance/coverage/owasp-llm-2025/controls/LLM99/receipts";
         assert_eq!(status(&g, &key, "GET", nope), 404);
@@ -186,10 +176,10 @@ fn packs_coverage_stamps_and_receipt_controls() {
         let v2 = created["packSetVersion"].as_str().unwrap().to_string();
         assert_ne!(v2, v1);
         assert_eq!(put_pack(&g, &key, "acme-ai", ACME).status, 200, "a replace");
-        let round = get(&g, &key, "/v1/compliance/coverage/acme-ai");
+        let round = g.get_json(&key, "/v1/compliance/coverage/acme-ai");
         assert_eq!((round["source"].as_str(), round["title"].as_str()), (Some("tenant"), Some("Acme AI controls")));
         assert_eq!(round["gatewayDisclaimer"], tollgate::compliance::DISCLAIMER);
-        assert_eq!(get(&g, &key, "/v1/compliance/packs")["data"].as_array().unwrap().len(), 6);
+        assert_eq!(g.get_json(&key, "/v1/compliance/packs")["data"].as_array().unwrap().len(), 6);
 
         // A baseline framework replaced by a tenant pack, then restored by deleting it.
         let eu_raw = std::fs::read_to_string("conf/packs/eu-ai-act.yaml").unwrap();
@@ -197,24 +187,24 @@ fn packs_coverage_stamps_and_receipt_controls() {
             eu_raw.replace("title: \"EU AI Act (Regulation (EU) 2024/1689)\"", "title: \"EU AI Act, Acme reading\"");
         assert_ne!(eu_own, eu_raw);
         assert_eq!(put_pack(&g, &key, "eu-ai-act", &eu_own).status, 201);
-        assert_eq!(get(&g, &key, "/v1/compliance/coverage/eu-ai-act")["source"], "tenant");
+        assert_eq!(g.get_json(&key, "/v1/compliance/coverage/eu-ai-act")["source"], "tenant");
         assert_eq!(status(&g, &key, "DELETE", "/v1/compliance/packs/eu-ai-act"), 204);
-        let back = get(&g, &key, "/v1/compliance/coverage/eu-ai-act");
+        let back = g.get_json(&key, "/v1/compliance/coverage/eu-ai-act");
         assert_eq!((back["source"].as_str(), back["packHash"].as_str()), (Some("baseline"), eu["packHash"].as_str()));
         assert_eq!(status(&g, &key, "DELETE", "/v1/compliance/packs/eu-ai-act"), 409, "baseline packs stay");
         assert_eq!(status(&g, &key, "DELETE", "/v1/compliance/packs/unknown"), 404);
-        assert_eq!(get(&g, &key, "/v1/compliance/packs")["packSetVersion"], v2.as_str(), "same packs, same version");
+        assert_eq!(g.get_json(&key, "/v1/compliance/packs")["packSetVersion"], v2.as_str(), "same packs, same version");
 
         // New receipts carry the new set; the old ones still resolve to theirs, after a restart too.
-        let (_, newer) = chat(&g, &key); // a minute's limit is used up: 429, still a receipt
+        let newer = g.say(&key, "gpt-4o-mini", "hi").receipt_id(); // a minute's limit is used up: 429, still a receipt
         assert_eq!(g.wait_receipts(&key, 4), 4);
-        assert_eq!(get(&g, &key, &format!("/v1/receipts/{newer}"))["receiptPackVersion"], v2.as_str());
+        assert_eq!(g.get_json(&key, &format!("/v1/receipts/{newer}"))["receiptPackVersion"], v2.as_str());
         g.stop();
         g.spawn();
-        let new_rc = get(&g, &key, &format!("/v1/compliance/receipts/{newer}/controls?framework=acme-ai"));
+        let new_rc = g.get_json(&key, &format!("/v1/compliance/receipts/{newer}/controls?framework=acme-ai"));
         let limits = control(&new_rc, "acme-ai", "acme-ai:limits");
         assert_eq!((limits["check"].as_str(), limits["result"].as_str()), (Some("RATELIMIT"), Some("BLOCK")));
-        let old_rc = get(&g, &key, &format!("/v1/compliance/receipts/{blocked}/controls"));
+        let old_rc = g.get_json(&key, &format!("/v1/compliance/receipts/{blocked}/controls"));
         assert!(old_rc["frameworks"].as_array().unwrap().iter().all(|f| f["resolution"] == "stamped"));
         assert_eq!(old_rc["frameworks"].as_array().unwrap().len(), 5, "acme-ai was not in force then");
         assert_eq!(
@@ -223,7 +213,7 @@ fn packs_coverage_stamps_and_receipt_controls() {
         );
 
         // The attestation lists the packs in force and the versions observed.
-        let a = get(&g, &key, "/v1/compliance/attestation?fromSeq=1&toSeq=4");
+        let a = g.get_json(&key, "/v1/compliance/attestation?fromSeq=1&toSeq=4");
         assert_eq!(a["packsInForce"].as_array().unwrap().len(), 6, "{}", a["packsInForce"]);
         assert_eq!(
             a["packVersionsObserved"],
@@ -235,10 +225,10 @@ fn packs_coverage_stamps_and_receipt_controls() {
             "UPDATE receipts SET receipt_pack_version = 'ps-000000000000' WHERE receipt_id = '{}'",
             ids[0].1
         ));
-        let unknown = get(&g, &key, &format!("/v1/compliance/receipts/{}/controls", ids[0].1));
+        let unknown = g.get_json(&key, &format!("/v1/compliance/receipts/{}/controls", ids[0].1));
         assert!(unknown["frameworks"].as_array().unwrap().iter().all(|f| f["resolution"] == "unknown"), "{unknown}");
         g.sql(&format!("UPDATE receipts SET model = 'gpt-other' WHERE receipt_id = '{}'", ids[1].1));
-        let altered = get(&g, &key, &format!("/v1/compliance/receipts/{}/controls?framework=eu-ai-act", ids[1].1));
+        let altered = g.get_json(&key, &format!("/v1/compliance/receipts/{}/controls?framework=eu-ai-act", ids[1].1));
         assert_eq!(altered["verified"], false);
         assert!(altered["note"].as_str().unwrap().contains("does not verify"), "{altered}");
         let art12 = control(&altered, "eu-ai-act", "eu-ai-act:art-12");
@@ -250,11 +240,12 @@ fn packs_coverage_stamps_and_receipt_controls() {
 fn stamping_can_be_switched_off() {
     let b = &backends()[0];
     let (g, _up) = support::with_standin(b, &[("TOLLGATE_STAMP_PACK_VERSION", "false")]);
-    let (s, id) = chat(&g, &g.key);
+    let r = g.say(&g.key, "gpt-4o-mini", "hi");
+    let (s, id) = (r.status, r.receipt_id());
     assert_eq!(s, 200);
     assert_eq!(g.wait_receipts(&g.key, 1), 1);
-    assert_eq!(get(&g, &g.key, &format!("/v1/receipts/{id}"))["receiptPackVersion"], "");
-    let rc = get(&g, &g.key, &format!("/v1/compliance/receipts/{id}/controls"));
+    assert_eq!(g.get_json(&g.key, &format!("/v1/receipts/{id}"))["receiptPackVersion"], "");
+    let rc = g.get_json(&g.key, &format!("/v1/compliance/receipts/{id}/controls"));
     assert_eq!(rc["receiptPackVersion"], "");
     assert!(rc["frameworks"].as_array().unwrap().iter().all(|f| f["resolution"] == "unstamped"), "{rc}");
 }
@@ -263,7 +254,7 @@ fn stamping_can_be_switched_off() {
 fn another_tenants_packs_and_receipts_are_not_found() {
     for b in backends() {
         let (g, _up) = support::with_standin(&b, &[]);
-        let (_, id) = chat(&g, &g.key);
+        let id = g.say(&g.key, "gpt-4o-mini", "hi").receipt_id();
         assert_eq!(g.wait_receipts(&g.key, 1), 1);
         assert_eq!(put_pack(&g, &g.key, "acme-ai", ACME).status, 201);
         let (_, other) = g.create_tenant_live("globex");
@@ -276,10 +267,10 @@ fn another_tenants_packs_and_receipts_are_not_found() {
             assert_eq!(status(&g, &other, "GET", &path), 404, "{path}");
         }
         assert_eq!(status(&g, &other, "DELETE", "/v1/compliance/packs/acme-ai"), 404);
-        assert_eq!(get(&g, &other, "/v1/compliance/packs")["data"].as_array().unwrap().len(), 5);
-        let mine = get(&g, &g.key, "/v1/compliance/coverage/eu-ai-act/controls/art-12/receipts");
+        assert_eq!(g.get_json(&other, "/v1/compliance/packs")["data"].as_array().unwrap().len(), 5);
+        let mine = g.get_json(&g.key, "/v1/compliance/coverage/eu-ai-act/controls/art-12/receipts");
         assert_eq!(mine["receipts"].as_array().unwrap().len(), 1);
-        let theirs = get(&g, &other, "/v1/compliance/coverage/eu-ai-act/controls/art-12/receipts");
+        let theirs = g.get_json(&other, "/v1/compliance/coverage/eu-ai-act/controls/art-12/receipts");
         assert!(theirs["receipts"].as_array().unwrap().is_empty(), "{theirs}");
     }
 }

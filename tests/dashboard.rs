@@ -228,11 +228,6 @@ fn scrape(g: &Gateway) -> Series {
     series(&r.text())
 }
 
-fn chat(g: &Gateway, key: &str, text: &str) -> http::Resp {
-    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]});
-    g.post_gw("/v1/chat/completions", key, body.to_string().as_bytes())
-}
-
 const POLICY: &str = "guardrails:\n  applyTo: [request]\n  pii:\n    credit_card: block\ncache:\n  mode: exact\n";
 
 #[test]
@@ -299,23 +294,23 @@ fn every_series_the_dashboard_queries_is_exposed_by_the_binary() {
         assert_eq!(r.status, 201, "{}", r.text());
 
         // An answer with usage, then the same request from the cache.
-        assert_eq!(chat(&g, &g.key, "what is 2+2?").status, 200);
-        let hit = chat(&g, &g.key, "what is 2+2?");
+        assert_eq!(g.say(&g.key, "gpt-4o-mini", "what is 2+2?").status, 200);
+        let hit = g.say(&g.key, "gpt-4o-mini", "what is 2+2?");
         assert_eq!(hit.header("x-tollgate-cache"), Some("HIT"), "{}", hit.text());
-        assert_eq!(chat(&g, &g.key, "my card is 4111 1111 1111 1111").status, 400);
-        assert_eq!(chat(&g, "tollgate_sk_unknown", "hi").status, 401);
+        assert_eq!(g.say(&g.key, "gpt-4o-mini", "my card is 4111 1111 1111 1111").status, 400);
+        assert_eq!(g.say("tollgate_sk_unknown", "gpt-4o-mini", "hi").status, 401);
 
         let (id, limited) = g.create_key("rpm");
         let r = g.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": 1})));
         assert_eq!(r.status, 200, "{}", r.text());
-        assert_eq!(chat(&g, &limited, "one").status, 200);
-        assert_eq!(chat(&g, &limited, "two").status, 429);
+        assert_eq!(g.say(&limited, "gpt-4o-mini", "one").status, 200);
+        assert_eq!(g.say(&limited, "gpt-4o-mini", "two").status, 429);
 
         let (id, broke) = g.create_key("budget");
         let budget = json!({"scope": "key", "scopeId": id, "amountUsd": 1e-9, "period": "total"});
         let r = g.mgmt("POST", "/v1/budgets", Some(&g.key), Some(&budget));
         assert_eq!(r.status, 201, "{}", r.text());
-        assert_eq!(chat(&g, &broke, "three").status, 402);
+        assert_eq!(g.say(&broke, "gpt-4o-mini", "three").status, 402);
 
         // Metrics are recorded just after each answer, and receipts by the writer: wait
         // (bounded) until every series is there.

@@ -6,13 +6,6 @@ mod support;
 use serde_json::{json, Value};
 use support::{backends, Gateway};
 
-fn create_key(g: &Gateway, by: &str, body: Value) -> (String, String) {
-    let r = g.mgmt("POST", "/v1/keys", Some(by), Some(&body));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let v = r.json();
-    (v["id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
-}
-
 #[test]
 fn unauthenticated_requests_get_401_envelopes_on_both_ports() {
     for b in backends() {
@@ -59,8 +52,8 @@ fn unauthenticated_requests_get_401_envelopes_on_both_ports() {
 fn developer_keys_are_refused_manager_operations() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
-        let (dev_id, dev) = create_key(&g, &g.key, json!({"label": "ci", "keyClass": "service", "budgetUsd": 5}));
-        let (other_id, _) = create_key(&g, &g.key, json!({"label": "other"}));
+        let (dev_id, dev) = g.new_key(&g.key, &json!({"label": "ci", "keyClass": "service", "budgetUsd": 5}));
+        let (other_id, _) = g.new_key(&g.key, &json!({"label": "other"}));
 
         let forbidden = [
             g.mgmt("POST", "/v1/keys", Some(&dev), Some(&json!({"label": "x"}))),
@@ -125,7 +118,7 @@ fn rotation_sequence_and_revocation_on_the_next_request() {
         let old = g.key.clone();
         let old_id = g.mgmt("GET", "/v1/keys", Some(&old), None).json()["data"][0]["id"].as_str().unwrap().to_string();
         // 1. create the new key with the old one
-        let (_new_id, new) = create_key(&g, &old, json!({"label": "rotated", "role": "manager"}));
+        let (_new_id, new) = g.new_key(&old, &json!({"label": "rotated", "role": "manager"}));
         // 2. the new key works on both ports
         assert_eq!(g.mgmt("GET", "/v1/keys", Some(&new), None).status, 200);
         let chat = br#"{"model":"gpt-4o-mini","messages":[]}"#;
@@ -147,7 +140,7 @@ fn another_tenants_ids_answer_404() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
         let (_t2, key2) = g.create_tenant_live("globex");
-        let (id1, _) = create_key(&g, &g.key, json!({"label": "acme-dev"}));
+        let (id1, _) = g.new_key(&g.key, &json!({"label": "acme-dev"}));
         g.set_provider(&g.key, "openai", "http://127.0.0.1:9", "sk-acme-secret-1234");
 
         assert_eq!(g.mgmt("DELETE", &format!("/v1/keys/{id1}"), Some(&key2), None).status, 404);

@@ -11,12 +11,6 @@ use support::{backends, Gateway};
 
 const DENY_BIG: &str = "rules:\n  - id: big\n    match: {model: \"gpt-4*\"}\n    action: deny\n";
 
-fn create_key(g: &Gateway, body: Value) -> String {
-    let r = g.mgmt("POST", "/v1/keys", Some(&g.key), Some(&body));
-    assert_eq!(r.status, 201, "{}", r.text());
-    r.json()["key"].as_str().unwrap().to_string()
-}
-
 fn post(g: &Gateway, key: &str, body: Value) -> support::Resp {
     g.mgmt("POST", "/v1/policies", Some(key), Some(&body))
 }
@@ -199,7 +193,7 @@ fn invalid_policies_are_400_with_line_column_and_field() {
 fn writes_need_a_manager_and_other_tenants_ids_are_not_found() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
-        let dev = create_key(&g, json!({"label": "dev"}));
+        let dev = g.new_key(&g.key, &json!({"label": "dev"})).1;
         let r = post(&g, &g.key, json!({"name": "mine", "enabled": true, "yaml": DENY_BIG}));
         let id = r.json()["id"].as_str().unwrap().to_string();
         let body = json!({"name": "x", "enabled": true, "yaml": ""});

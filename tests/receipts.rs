@@ -11,10 +11,6 @@ use support::{backends, http, Backend, Gateway};
 
 use support::with_standin as setup;
 
-fn chat(g: &Gateway, key: &str, body: &str) -> http::Resp {
-    g.post_gw("/v1/chat/completions", key, body.as_bytes())
-}
-
 fn receipt(g: &Gateway, key: &str, id: &str) -> Value {
     let r = g.mgmt("GET", &format!("/v1/receipts/{id}"), Some(key), None);
     assert_eq!(r.status, 200, "{}", r.text());
@@ -41,9 +37,9 @@ fn every_request_with_a_valid_key_leaves_exactly_one_receipt() {
             &[("Authorization", &auth), ("X-Tollgate-Actor", "alice"), ("X-Request-Id", "req-42")],
             br#"{"model":"gpt-4o-mini","messages":[]}"#,
         );
-        let failed = chat(&g, &g.key, r#"{"model":"gpt-fail","messages":[]}"#);
-        let invalid = chat(&g, &g.key, r#"{"model":"gpt-4o-mini"}"#);
-        let unauthenticated = chat(&g, "tollgate_sk_nope", r#"{"model":"gpt-4o-mini","messages":[]}"#);
+        let failed = g.chat_raw(&g.key, r#"{"model":"gpt-fail","messages":[]}"#);
+        let invalid = g.chat_raw(&g.key, r#"{"model":"gpt-4o-mini"}"#);
+        let unauthenticated = g.chat_raw("tollgate_sk_nope", r#"{"model":"gpt-4o-mini","messages":[]}"#);
         assert_eq!((ok.status, failed.status, invalid.status, unauthenticated.status), (200, 502, 400, 401));
         assert!(unauthenticated.header("x-tollgate-receipt-id").is_none(), "no key, no receipt");
         let ids: Vec<String> =
@@ -103,9 +99,9 @@ fn list_filters_cursor_and_bad_queries() {
     let (g, _up) = setup(&Backend::Sqlite, &[]);
     for i in 0..30 {
         let model = if i % 3 == 0 { "gpt-fail" } else { "gpt-4o-mini" };
-        chat(&g, &g.key, &format!(r#"{{"model":"{model}","messages":[]}}"#));
+        g.chat_raw(&g.key, &format!(r#"{{"model":"{model}","messages":[]}}"#));
     }
-    chat(&g, &g.key, r#"{"model":"claude-3-5-haiku","messages":[]}"#);
+    g.chat_raw(&g.key, r#"{"model":"claude-3-5-haiku","messages":[]}"#);
     assert_eq!(g.wait_receipts(&g.key, 31), 31);
 
     let page1 = g.mgmt("GET", "/v1/receipts", Some(&g.key), None).json();
@@ -144,7 +140,7 @@ fn list_filters_cursor_and_bad_queries() {
 fn exports_stream_jsonl_and_csv_with_truncation() {
     let (g, _up) = setup(&Backend::Sqlite, &[]);
     for _ in 0..12 {
-        chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#);
+        g.chat_raw(&g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#);
     }
     assert_eq!(g.wait_receipts(&g.key, 12), 12);
     let auth = format!("Bearer {}", g.key);
@@ -182,7 +178,7 @@ fn tampering_is_found_by_verify_chain_and_the_signature_check() {
         let (g, _up) = setup(&b, &[]);
         let ids: Vec<String> = (0..5)
             .map(|_| {
-                chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+                g.chat_raw(&g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
                     .header("x-tollgate-receipt-id")
                     .unwrap()
                     .to_string()
@@ -218,11 +214,13 @@ fn tampering_is_found_by_verify_chain_and_the_signature_check() {
 fn another_tenants_receipts_answer_404() {
     let (g, _up) = setup(&Backend::Sqlite, &[]);
     let (_t2, key2) = g.create_tenant_live("globex");
-    let id = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+    let id = g
+        .chat_raw(&g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
         .header("x-tollgate-receipt-id")
         .unwrap()
         .to_string();
-    let id2 = chat(&g, &key2, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+    let id2 = g
+        .chat_raw(&key2, r#"{"model":"gpt-4o-mini","messages":[]}"#)
         .header("x-tollgate-receipt-id")
         .unwrap()
         .to_string();
@@ -332,7 +330,8 @@ fn two_gateway_processes_on_one_postgres_keep_one_gap_free_chain() {
 #[test]
 fn rotated_signing_keys_keep_verifying_old_receipts() {
     let (mut g, _up) = setup(&Backend::Sqlite, &[]);
-    let old = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+    let old = g
+        .chat_raw(&g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
         .header("x-tollgate-receipt-id")
         .unwrap()
         .to_string();
@@ -341,7 +340,8 @@ fn rotated_signing_keys_keep_verifying_old_receipts() {
     let out = g.cli(&["signing-key", "rotate"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     g.spawn();
-    let new = chat(&g, &g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
+    let new = g
+        .chat_raw(&g.key, r#"{"model":"gpt-4o-mini","messages":[]}"#)
         .header("x-tollgate-receipt-id")
         .unwrap()
         .to_string();

@@ -14,11 +14,6 @@ fn create(g: &Gateway, key: &str, path: &str, body: Value) -> Value {
     r.json()
 }
 
-fn create_key(g: &Gateway, by: &str, body: Value) -> (String, String) {
-    let v = create(g, by, "/v1/keys", body);
-    (v["id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
-}
-
 fn id(v: &Value) -> String {
     v["id"].as_str().expect("an id").to_string()
 }
@@ -46,7 +41,7 @@ fn teams_crud_names_pools_and_deletion() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
         let m = g.key.as_str();
-        let (_, dev) = create_key(&g, m, json!({"label": "dev"}));
+        let (_, dev) = g.new_key(m, &json!({"label": "dev"}));
 
         let eng = create(&g, m, "/v1/team/teams", json!({"name": "eng", "budgetPoolUsd": 100.5}));
         assert_eq!(eng["name"], "eng");
@@ -118,14 +113,14 @@ fn teams_crud_names_pools_and_deletion() {
         // A NULL money bind must not break later non-NULL ones on the same pooled connection
         // (sqlx 0.9 Any binds a NULL f64 as float4 on PostgreSQL): cycle every connection.
         for i in 0..12 {
-            create_key(&g, m, json!({"label": format!("no-budget-{i}")}));
+            g.new_key(m, &json!({"label": format!("no-budget-{i}")}));
             create(&g, m, "/v1/team/teams", json!({"name": format!("no-pool-{i}")}));
         }
         for i in 0..12 {
-            create_key(&g, m, json!({"label": format!("budget-{i}"), "budgetUsd": i}));
+            g.new_key(m, &json!({"label": format!("budget-{i}"), "budgetUsd": i}));
             create(&g, m, "/v1/team/teams", json!({"name": format!("pool-{i}"), "budgetPoolUsd": i}));
         }
-        let (k, _) = create_key(&g, m, json!({"label": "in-team", "teamId": eng_id, "budgetUsd": 2.5}));
+        let (k, _) = g.new_key(m, &json!({"label": "in-team", "teamId": eng_id, "budgetUsd": 2.5}));
         let keys = g.mgmt("GET", "/v1/keys", Some(m), None).json();
         let rec = keys["data"].as_array().unwrap().iter().find(|x| x["id"] == k.as_str()).unwrap().clone();
         assert_eq!(rec["teamId"], eng_id.as_str());
@@ -148,7 +143,7 @@ fn members_crud_and_validation() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
         let m = g.key.as_str();
-        let (_, dev) = create_key(&g, m, json!({"label": "dev"}));
+        let (_, dev) = g.new_key(m, &json!({"label": "dev"}));
         let team = id(&create(&g, m, "/v1/team/teams", json!({"name": "eng"})));
 
         let ada = create(
@@ -239,7 +234,7 @@ fn budgets_crud_and_validation() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
         let m = g.key.as_str();
-        let (key_id, dev) = create_key(&g, m, json!({"label": "dev"}));
+        let (key_id, dev) = g.new_key(m, &json!({"label": "dev"}));
         let team = id(&create(&g, m, "/v1/team/teams", json!({"name": "eng"})));
 
         let kb = create(
@@ -289,7 +284,7 @@ fn budgets_crud_and_validation() {
         let r = g.mgmt_raw("POST", "/v1/budgets", m, b"{\"scope\": ");
         assert_error(&r, 400, "invalid_request");
         // A revoked key can no longer carry a budget.
-        let (gone, _) = create_key(&g, m, json!({"label": "gone"}));
+        let (gone, _) = g.new_key(m, &json!({"label": "gone"}));
         assert_eq!(g.mgmt("DELETE", &format!("/v1/keys/{gone}"), Some(m), None).status, 204);
         assert_400_naming(
             &post(json!({"scope": "key", "scopeId": gone, "amountUsd": 1, "period": "total"})),
@@ -353,8 +348,8 @@ fn budget_request_flow() {
     for b in backends() {
         let g = Gateway::start(&b, &[]);
         let m = g.key.as_str();
-        let (dev_id, dev) = create_key(&g, m, json!({"label": "dev"}));
-        let (_, dev2) = create_key(&g, m, json!({"label": "dev2"}));
+        let (dev_id, dev) = g.new_key(m, &json!({"label": "dev"}));
+        let (_, dev2) = g.new_key(m, &json!({"label": "dev2"}));
         let budget = create(
             &g,
             m,
@@ -471,7 +466,7 @@ fn another_tenants_ids_answer_404_and_are_refused_in_bodies() {
         let g = Gateway::start(&b, &[]);
         let a = g.key.as_str();
         let (_, bk) = g.create_tenant_live("globex");
-        let (b_key_id, _) = create_key(&g, &bk, json!({"label": "b-dev"}));
+        let (b_key_id, _) = g.new_key(&bk, &json!({"label": "b-dev"}));
         let b_team = id(&create(&g, &bk, "/v1/team/teams", json!({"name": "eng"})));
         let b_member = id(&create(&g, &bk, "/v1/team/members", json!({"email": "x@globex.com", "role": "viewer"})));
         let b_budget =
@@ -584,8 +579,8 @@ fn spend_in_the_database_reaches_budgets_and_keys() {
         let m = manager.as_str();
         let url = db_url(&g, &b);
         let team = id(&create(&g, m, "/v1/team/teams", json!({"name": "eng", "budgetPoolUsd": 50})));
-        let (k1, _) = create_key(&g, m, json!({"label": "k1", "teamId": team, "budgetUsd": 20}));
-        let (k2, _) = create_key(&g, m, json!({"label": "k2", "teamId": team}));
+        let (k1, _) = g.new_key(m, &json!({"label": "k1", "teamId": team, "budgetUsd": 20}));
+        let (k2, _) = g.new_key(m, &json!({"label": "k2", "teamId": team}));
         let month = chrono::Utc::now().format("%Y-%m").to_string();
         let t = g.tenant_id.clone();
         let row = |k: &str, p: &str, c: f64| (t.clone(), k.to_string(), p.to_string(), c);

@@ -23,6 +23,10 @@ impl Resp {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+    /// The receipt id the answer names (`x-tollgate-receipt-id`); panics with the body if none.
+    pub fn receipt_id(&self) -> String {
+        self.header("x-tollgate-receipt-id").unwrap_or_else(|| panic!("no receipt id: {}", self.text())).to_string()
+    }
 }
 
 fn write_request(s: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {

@@ -305,10 +305,45 @@ impl Gateway {
 
     /// A new key of the tenant, made with the manager key: `(id, key)`.
     pub fn create_key(&self, label: &str) -> (String, String) {
-        let r = self.mgmt("POST", "/v1/keys", Some(&self.key), Some(&serde_json::json!({ "label": label })));
+        self.new_key(&self.key, &serde_json::json!({ "label": label }))
+    }
+
+    /// A new key made by the key `by` from a `POST /v1/keys` body: `(id, key)`.
+    pub fn new_key(&self, by: &str, body: &Value) -> (String, String) {
+        let r = self.mgmt("POST", "/v1/keys", Some(by), Some(body));
         assert_eq!(r.status, 201, "{}", r.text());
         let v = r.json();
         (v["id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
+    }
+
+    /// A new key of the tenant with its limits set (`PATCH /v1/keys/{id}/limits`): `(id, key)`.
+    pub fn key_with_limits(&self, label: &str, limits: &Value) -> (String, String) {
+        let (id, key) = self.create_key(label);
+        let r = self.mgmt("PATCH", &format!("/v1/keys/{id}/limits"), Some(&self.key), Some(limits));
+        assert_eq!(r.status, 200, "{}", r.text());
+        (id, key)
+    }
+
+    /// `POST /v1/chat/completions` with `key` and a JSON body.
+    pub fn chat(&self, key: &str, body: &Value) -> Resp {
+        self.post_gw("/v1/chat/completions", key, &serde_json::to_vec(body).unwrap())
+    }
+
+    /// `POST /v1/chat/completions` with a body sent exactly as written (invalid ones too).
+    pub fn chat_raw(&self, key: &str, body: &str) -> Resp {
+        self.post_gw("/v1/chat/completions", key, body.as_bytes())
+    }
+
+    /// A chat of one user message to `model`.
+    pub fn say(&self, key: &str, model: &str, text: &str) -> Resp {
+        self.chat(key, &serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]}))
+    }
+
+    /// `GET` on the management port, asserting 200: the JSON body.
+    pub fn get_json(&self, key: &str, path: &str) -> Value {
+        let r = self.mgmt("GET", path, Some(key), None);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        r.json()
     }
 
     pub fn mgmt(&self, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
