@@ -1,29 +1,14 @@
-//! Provider credentials: the `PUT /v1/providers/{provider}` body, sealing, and opening rows
-//! into the decrypted form the snapshot holds.
+//! Sealing a credential body for the database and opening a stored row into the credential
+//! the snapshot holds. The secret part is AES-GCM sealed with `tenant/provider` as associated
+//! data, so a row copied to another tenant or provider does not open. Which fields a provider
+//! takes, and what its secret holds, its own folder says ([`Provider`]).
 
-use serde::Deserialize;
-use serde_json::json;
-
-use super::bedrock::sign::AwsKeys;
-use super::vertex_auth::ServiceAccount;
+use super::credential::{CredentialBody, ProviderCred};
+use super::{provider, Provider};
 use crate::config::{Config, ProviderName};
 use crate::secrets::at_rest::MasterKey;
-use crate::secrets::Secret;
-use crate::snapshot::ProviderAuth;
 use crate::store::providers::CredentialRow;
 use crate::upstream::BaseUrl;
-
-/// The union of the fields the four providers take; which are required depends on the provider.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CredentialBody {
-    pub api_key: Option<String>,
-    pub base_url: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    pub region: Option<String>,
-    pub service_account_json: Option<String>,
-}
 
 /// A validated credential ready to be stored.
 pub struct SealedCredential {
@@ -37,127 +22,64 @@ fn context(tenant_id: &str, provider: ProviderName) -> String {
     format!("{tenant_id}/{provider}")
 }
 
-fn nonempty(v: &Option<String>) -> Option<&str> {
-    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+/// Checks the fields `p` needs, naming every missing one, and refuses the first field that
+/// does not apply to it.
+fn check_fields(body: &CredentialBody, p: &dyn Provider) -> Result<(), String> {
+    let fields = p.credential_fields();
+    let missing: Vec<&str> = fields.required.iter().copied().filter(|f| body.field(f).is_none()).collect();
+    if !missing.is_empty() {
+        return Err(format!("missing required field(s) for {}: {}", p.name(), missing.join(", ")));
+    }
+    if let Some(name) = fields.foreign(body).next() {
+        return Err(format!("field {name} does not apply to provider {}", p.name()));
+    }
+    if let Some(url) = body.field("base_url") {
+        BaseUrl::parse(url).map_err(|e| format!("field base_url: {e}"))?;
+    }
+    Ok(())
 }
 
 impl CredentialBody {
     /// Checks the fields `provider` needs, naming every missing one, then seals the secret part.
     pub fn seal(
         &self,
-        provider: ProviderName,
+        provider_name: ProviderName,
         tenant_id: &str,
         master: &MasterKey,
     ) -> Result<SealedCredential, String> {
-        let required: &[(&str, &Option<String>)] = match provider {
-            ProviderName::OpenAi | ProviderName::Anthropic => &[("api_key", &self.api_key)],
-            ProviderName::Bedrock => &[
-                ("access_key_id", &self.access_key_id),
-                ("secret_access_key", &self.secret_access_key),
-                ("region", &self.region),
-            ],
-            ProviderName::Vertex => &[("service_account_json", &self.service_account_json)],
-        };
-        let missing: Vec<&str> = required.iter().filter(|(_, v)| nonempty(v).is_none()).map(|(n, _)| *n).collect();
-        if !missing.is_empty() {
-            return Err(format!("missing required field(s) for {provider}: {}", missing.join(", ")));
-        }
-        let foreign: &[(&str, &Option<String>)] = match provider {
-            ProviderName::OpenAi | ProviderName::Anthropic => &[
-                ("access_key_id", &self.access_key_id),
-                ("secret_access_key", &self.secret_access_key),
-                ("service_account_json", &self.service_account_json),
-                ("region", &self.region),
-            ],
-            ProviderName::Bedrock => {
-                &[("api_key", &self.api_key), ("service_account_json", &self.service_account_json)]
-            }
-            ProviderName::Vertex => &[
-                ("api_key", &self.api_key),
-                ("access_key_id", &self.access_key_id),
-                ("secret_access_key", &self.secret_access_key),
-            ],
-        };
-        if let Some((name, _)) = foreign.iter().find(|(_, v)| v.is_some()) {
-            return Err(format!("field {name} does not apply to provider {provider}"));
-        }
-        if let Some(url) = nonempty(&self.base_url) {
-            BaseUrl::parse(url).map_err(|e| format!("field base_url: {e}"))?;
-        }
-        let (secret, hint) = match provider {
-            ProviderName::OpenAi | ProviderName::Anthropic => {
-                let k = nonempty(&self.api_key).unwrap_or_default();
-                (json!({ "api_key": k }), Secret::new(k).hint())
-            }
-            ProviderName::Bedrock => {
-                let id = nonempty(&self.access_key_id).unwrap_or_default();
-                let secret = nonempty(&self.secret_access_key).unwrap_or_default();
-                (json!({ "access_key_id": id, "secret_access_key": secret }), Secret::new(id).hint())
-            }
-            ProviderName::Vertex => {
-                let sa = nonempty(&self.service_account_json).unwrap_or_default();
-                // The parse the token source uses: a key file that cannot mint a token is refused
-                // when it is stored, naming what is wrong, rather than on the first request.
-                let account = ServiceAccount::parse(sa).map_err(|e| e.to_string())?;
-                let id = account.private_key_id.as_str();
-                (json!({ "service_account_json": sa }), Secret::new(id).hint())
-            }
-        };
+        let p = provider(provider_name);
+        check_fields(self, p)?;
+        let (secret, hint) = p.seal_secret(self)?;
         Ok(SealedCredential {
-            sealed: master.seal(secret.to_string().as_bytes(), &context(tenant_id, provider)),
+            sealed: master.seal(secret.to_string().as_bytes(), &context(tenant_id, provider_name)),
             key_hint: hint,
-            base_url: nonempty(&self.base_url).map(str::to_string),
-            region: nonempty(&self.region).map(str::to_string),
+            base_url: self.field("base_url").map(str::to_string),
+            region: self.field("region").map(str::to_string),
         })
     }
 }
 
 /// Opens a stored row into what the gateway needs (decrypted key, effective base URL).
-pub fn open(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<crate::snapshot::ProviderCred, String> {
-    let provider = ProviderName::parse(&row.provider).ok_or("unknown provider")?;
-    let clear = master.open(&row.sealed, &context(&row.tenant_id, provider)).map_err(|e| e.to_string())?;
-    let v: serde_json::Value = serde_json::from_slice(&clear).map_err(|_| "stored secret is not JSON")?;
-    let field = |name: &str| v.get(name).and_then(|k| k.as_str()).unwrap_or_default().to_string();
+pub fn open(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<ProviderCred, String> {
+    let name = ProviderName::parse(&row.provider).ok_or("unknown provider")?;
+    let clear = master.open(&row.sealed, &context(&row.tenant_id, name)).map_err(|e| e.to_string())?;
+    let secret: serde_json::Value = serde_json::from_slice(&clear).map_err(|_| "stored secret is not JSON")?;
     let region = row.region.clone().unwrap_or_default();
-    let auth = match provider {
-        ProviderName::OpenAi | ProviderName::Anthropic => ProviderAuth::ApiKey(Secret::new(field("api_key"))),
-        ProviderName::Bedrock => ProviderAuth::Aws {
-            keys: AwsKeys {
-                access_key_id: field("access_key_id"),
-                secret_access_key: field("secret_access_key"),
-                session_token: None,
-            },
-            region: region.clone(),
-        },
-        ProviderName::Vertex => ProviderAuth::Google {
-            account: std::sync::Arc::new(
-                ServiceAccount::parse(&field("service_account_json")).map_err(|e| e.to_string())?,
-            ),
-            location: if region.is_empty() { DEFAULT_VERTEX_LOCATION.to_string() } else { region.clone() },
-        },
-    };
-    let url = match (&row.base_url, provider) {
-        (Some(url), _) => url.clone(),
-        // The regional endpoints, unless config names one for every tenant.
-        (None, ProviderName::Bedrock) if cfg.providers.bedrock.base_url.is_empty() => {
-            format!("https://bedrock-runtime.{region}.amazonaws.com")
-        }
-        (None, ProviderName::Vertex) if cfg.providers.vertex.base_url.is_empty() => {
-            let location = if region.is_empty() { DEFAULT_VERTEX_LOCATION } else { region.as_str() };
-            format!("https://{location}-aiplatform.googleapis.com")
-        }
-        (None, _) => cfg.provider_defaults(provider).base_url.clone(),
+    let p = provider(name);
+    let auth = p.open_auth(&secret, &region)?;
+    let url = match &row.base_url {
+        Some(url) => url.clone(),
+        None => p.default_base_url(&cfg.provider_defaults(name).base_url, &region),
     };
     let base_url = BaseUrl::parse(&url)?;
-    Ok(crate::snapshot::ProviderCred { provider, auth, base_url, status: row.status.clone() })
+    Ok(ProviderCred { provider: name, auth, base_url, status: row.status.clone() })
 }
-
-/// Vertex's region when the credential names none.
-pub const DEFAULT_VERTEX_LOCATION: &str = "us-central1";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::ProviderAuth;
+    use serde_json::json;
 
     fn body(j: serde_json::Value) -> CredentialBody {
         serde_json::from_value(j).unwrap()
