@@ -15,7 +15,7 @@ use super::sse::{event_data, SseSplitter};
 use crate::checks::guardrail::{event_text, set_event_text};
 use crate::checks::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
 use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::providers::bedrock::eventstream;
+use crate::providers::eventstream;
 use crate::providers::translate::ChunkTranslator;
 use crate::providers::usage::{self, Dialect, Usage};
 use crate::providers::Provider;

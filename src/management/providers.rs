@@ -14,7 +14,10 @@ use crate::store::{self, providers::CredentialRow};
 
 fn provider_from_path(p: &str) -> Result<ProviderName, ApiError> {
     ProviderName::parse(p).ok_or_else(|| {
-        ApiError::invalid(format!("unknown provider `{p}`: expected one of openai, anthropic, bedrock, vertex"))
+        ApiError::invalid(format!(
+            "unknown provider `{p}`: expected one of {}",
+            ProviderName::ALL.map(ProviderName::as_str).join(", ")
+        ))
     })
 }
 

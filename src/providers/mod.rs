@@ -4,7 +4,8 @@
 //! ([`Dialect`]: usage, stream framing and errors are read by dialect), how an OpenAI-shaped
 //! request is put into its own API, which model names it serves, and its minimal test call.
 //! What dialects share lives here, not in any provider's folder: reading usage ([`usage`]),
-//! translating between dialects ([`translate`]) and prices ([`pricing`]).
+//! the Converse dialect's stream framing ([`eventstream`]), translating between dialects
+//! ([`translate`]) and prices ([`pricing`]).
 //!
 //! Adding a provider is its folder and one line in [`provider`] (and its name in
 //! [`ProviderName`], which the config reads).
@@ -13,6 +14,7 @@ pub mod anthropic;
 pub mod bedrock;
 pub mod credential;
 pub mod credentials;
+pub mod eventstream;
 mod headers;
 pub mod openai;
 pub mod pricing;

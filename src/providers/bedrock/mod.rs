@@ -4,10 +4,10 @@
 //! - [`sign`]: AWS Signature Version 4 over the upstream request (the `aws-sigv4` crate, set up
 //!   the way botocore signs `bedrock-runtime`, so a request the gateway sends verifies exactly
 //!   as one boto3 would send).
-//! - [`eventstream`]: the `application/vnd.amazon.eventstream` framing of `converse-stream`
-//!   answers (the `aws-smithy-eventstream` crate), decoded into one JSON value per event.
+//!
+//! Its `converse-stream` answers come in the `application/vnd.amazon.eventstream` framing,
+//! read by [`crate::providers::eventstream`] (the framing of the Converse dialect).
 
-pub mod eventstream;
 pub mod sign;
 
 use async_trait::async_trait;
