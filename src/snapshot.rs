@@ -249,7 +249,7 @@ impl SnapshotHandle {
         let mut providers = HashMap::new();
         for row in cred_rows {
             let Some(p) = ProviderName::parse(&row.provider) else { continue };
-            match crate::providers::credentials::open(&self.master, &old.config, &row) {
+            match crate::providers::sealed::open(&self.master, &old.config, &row) {
                 Ok(cred) => {
                     providers.entry(row.tenant_id.clone()).or_insert_with(HashMap::new).insert(p, Arc::new(cred));
                 }

@@ -7,18 +7,19 @@
 //! the Converse dialect's stream framing ([`eventstream`]), translating between dialects
 //! ([`translate`]) and prices ([`pricing`]).
 //!
-//! Adding a provider is its folder and one line in [`provider`] (and its name in
-//! [`ProviderName`], which the config reads).
+//! Adding a provider is its folder and one line in [`provider`], plus what the config layer
+//! (below this one) must know to read its file: the name in [`ProviderName`] and its
+//! `providers.<name>` section.
 
 pub mod anthropic;
 pub mod bedrock;
 pub mod credential;
-pub mod credentials;
 pub mod eventstream;
 mod headers;
 pub mod openai;
 pub mod pricing;
 mod provider;
+pub mod sealed;
 pub mod translate;
 pub mod usage;
 pub mod vertex;

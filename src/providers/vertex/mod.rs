@@ -120,7 +120,7 @@ impl Provider for Vertex {
 }
 
 /// Vertex's region when the credential names none.
-pub const DEFAULT_LOCATION: &str = "us-central1";
+const DEFAULT_LOCATION: &str = "us-central1";
 
 /// The credential's region, or the default one.
 fn location(region: &str) -> &str {

@@ -100,6 +100,62 @@ mod tests {
     }
 
     #[test]
+    fn the_first_field_that_does_not_apply_is_named() {
+        let mk = MasterKey::from_bytes(&[1; 32]);
+        let refused = |p, j| body(j).seal(p, "t", &mk).err().unwrap();
+        let all = json!({"api_key": "k", "access_key_id": "a", "secret_access_key": "s",
+            "service_account_json": "{}", "region": "r"});
+        let e = refused(ProviderName::OpenAi, json!({"api_key": "k", "region": "r", "service_account_json": "{}"}));
+        assert_eq!(e, "field service_account_json does not apply to provider openai");
+        assert_eq!(
+            refused(ProviderName::Anthropic, all.clone()),
+            "field access_key_id does not apply to provider anthropic"
+        );
+        assert_eq!(refused(ProviderName::Bedrock, all.clone()), "field api_key does not apply to provider bedrock");
+        let e = refused(
+            ProviderName::Bedrock,
+            json!({"access_key_id": "a", "secret_access_key": "s", "region": "r",
+            "service_account_json": "{}"}),
+        );
+        assert_eq!(e, "field service_account_json does not apply to provider bedrock");
+        let e = refused(
+            ProviderName::Vertex,
+            json!({"service_account_json": "{}", "region": "r", "secret_access_key": "s"}),
+        );
+        assert_eq!(e, "field secret_access_key does not apply to provider vertex");
+        assert_eq!(
+            refused(ProviderName::Vertex, json!({})),
+            "missing required field(s) for vertex: service_account_json"
+        );
+    }
+
+    #[test]
+    fn rows_without_a_base_url_take_the_regional_or_configured_one() {
+        let mk = MasterKey::from_bytes(&[1; 32]);
+        let row = |provider: &str, secret: serde_json::Value, region: Option<&str>| CredentialRow {
+            tenant_id: "t1".into(),
+            provider: provider.into(),
+            sealed: mk.seal(secret.to_string().as_bytes(), &format!("t1/{provider}")),
+            key_hint: String::new(),
+            base_url: None,
+            region: region.map(str::to_string),
+            status: "active".into(),
+            updated_at: String::new(),
+        };
+        let cfg = Config::default();
+        let keys = json!({"access_key_id": "AKIA", "secret_access_key": "s"});
+        let cred = open(&mk, &cfg, &row("bedrock", keys, Some("eu-west-1"))).unwrap();
+        assert_eq!(cred.base_url.authority(), "bedrock-runtime.eu-west-1.amazonaws.com");
+        let ProviderAuth::Aws { keys, region } = cred.auth else { panic!("aws keys") };
+        assert_eq!((keys.access_key_id.as_str(), region.as_str()), ("AKIA", "eu-west-1"));
+        let cred = open(&mk, &cfg, &row("anthropic", json!({"api_key": "sk"}), None)).unwrap();
+        assert_eq!(cred.base_url.authority(), "api.anthropic.com");
+        let sealed_elsewhere =
+            CredentialRow { tenant_id: "t2".into(), ..row("openai", json!({"api_key": "sk"}), None) };
+        assert!(open(&mk, &cfg, &sealed_elsewhere).is_err(), "the tenant/provider pair is bound to the seal");
+    }
+
+    #[test]
     fn sealed_row_opens_to_the_key() {
         let mk = MasterKey::from_bytes(&[1; 32]);
         let s = body(json!({"api_key": "sk-abcdefgh1234", "base_url": "http://127.0.0.1:9/v1"}))
