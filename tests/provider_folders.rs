@@ -114,7 +114,7 @@ const GATEWAY: &[(&str, &[&str])] = &[
 ];
 
 /// Outside src/gateway/: places that still name a provider because their module sits in a
-/// layer below `providers` (config, error, telemetry) or outside this change's area. Each says
+/// layer below `providers` (config, telemetry) or outside this change's area. Each says
 /// what is to replace it.
 const DEBTS: &[(&str, &[&str])] = &[
     // Guardrails read the text of Converse and Gemini bodies: a text reader by `Dialect` in
@@ -163,22 +163,6 @@ const DEBTS: &[(&str, &[&str])] = &[
             "ProviderName::OpenAi",
             "ProviderName::Vertex",
             "Vertex",
-        ],
-    ),
-    // The error envelopes by client dialect (platform layer): `Provider::error_flavor` once the
-    // gateway asks the provider for it.
-    (
-        "src/error.rs",
-        &[
-            "Anthropic",
-            "Bedrock",
-            "Flavor::Anthropic",
-            "Flavor::Bedrock",
-            "Flavor::Google",
-            "Flavor::OpenAi",
-            "Google",
-            "OpenAi",
-            "google_status",
         ],
     ),
     // Prompt runs read the chat answer's usage: the chat dialect as `Provider::dialect`.

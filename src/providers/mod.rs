@@ -14,6 +14,7 @@
 pub mod anthropic;
 pub mod bedrock;
 pub mod credential;
+pub mod envelope;
 pub mod eventstream;
 mod headers;
 pub mod openai;
@@ -25,6 +26,7 @@ pub mod usage;
 pub mod vertex;
 
 pub use credential::{CredentialBody, ProviderAuth, ProviderCred};
+pub use envelope::Flavor;
 pub use provider::{ClientHeader, Env, Probe, Provider, Target, UpstreamCall};
 pub use translate::ensure_stream_usage;
 pub use usage::{Dialect, Usage};

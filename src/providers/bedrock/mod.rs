@@ -148,3 +148,18 @@ fn static_header(name: &str) -> &'static str {
         _ => "x-amz-unknown",
     }
 }
+
+/// The AWS error code a Bedrock client expects for this status.
+pub(crate) fn aws_error_code(status: u16) -> &'static str {
+    match status {
+        401 => "UnrecognizedClientException",
+        403 => "AccessDeniedException",
+        404 => "ResourceNotFoundException",
+        408 | 504 => "ModelTimeoutException",
+        429 => "ThrottlingException",
+        402 => "ServiceQuotaExceededException",
+        503 => "ServiceUnavailableException",
+        s if s >= 500 => "InternalServerException",
+        _ => "ValidationException",
+    }
+}

@@ -130,3 +130,18 @@ fn location(region: &str) -> &str {
         region
     }
 }
+
+/// The `google.rpc.Code` name Google's clients expect for this status.
+pub(crate) fn google_status(status: u16) -> &'static str {
+    match status {
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ALREADY_EXISTS",
+        429 | 402 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        s if s >= 500 => "INTERNAL",
+        _ => "INVALID_ARGUMENT",
+    }
+}
