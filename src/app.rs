@@ -22,7 +22,7 @@ pub struct App {
     /// Upstream client of the management API (provider tests); the gateway owns its own pool.
     pub upstream: Arc<UpstreamClient>,
     /// Vertex access tokens, minted once per service account for every request and test.
-    pub tokens: Arc<crate::providers::vertex_auth::TokenCache>,
+    pub tokens: Arc<crate::providers::TokenCache>,
     pub receipts: ReceiptQueue,
     pub signer: Arc<Signer>,
     /// The exact-match answer cache (outlives policy reloads).

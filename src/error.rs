@@ -1,7 +1,7 @@
 //! The one table that maps an error kind to an HTTP status and the contract's envelope.
 //!
-//! Every error that reaches a client, on either port, passes through [`ApiError::envelope`].
-//! Gateway routes reshape the same envelope for the SDK of the route ([`Flavor`]).
+//! Every error that reaches a client, on either port, passes through `ApiError::envelope`
+//! (in `providers::envelope`, which reshapes it for the SDK of the route's dialect).
 
 use serde_json::json;
 
@@ -111,23 +111,8 @@ impl ErrorKind {
     }
 }
 
-/// The shape an error body takes, chosen by the route the client called.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    /// Management API: `{"error": {type, message, code}}`.
-    Plain,
-    /// OpenAI-shaped gateway routes: adds `"param": null` so the openai SDK parses it.
-    OpenAi,
-    /// Anthropic route: `{"type": "error", "error": {...}}`, as the anthropic SDK expects.
-    Anthropic,
-    /// Bedrock routes: AWS's `{"message", "__type"}` (botocore reads the error code from
-    /// `__type`), with the gateway's `error` object beside them.
-    Bedrock,
-    /// Vertex routes: Google's `{"error": {code, message, status}}`, with the gateway's `type`.
-    Google,
-}
-
-/// The management API's error body (`Flavor::Plain`), as the OpenAPI document describes it.
+/// The management API's error body (`Flavor::Plain` in `providers::envelope`), as the OpenAPI
+/// document describes it.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
 pub struct ErrorEnvelope<'a> {
@@ -211,58 +196,6 @@ impl ApiError {
     pub fn with_headers(mut self, headers: Vec<(&'static str, String)>) -> Self {
         self.headers.extend(headers);
         self
-    }
-
-    pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {
-        let detail = ErrorDetail { kind: self.kind.type_name(), message: &self.message, code: self.status() };
-        let mut inner = serde_json::to_value(detail).unwrap_or_default();
-        match flavor {
-            Flavor::Plain => json!({ "error": inner }),
-            Flavor::OpenAi => {
-                inner["param"] = serde_json::Value::Null;
-                json!({ "error": inner })
-            }
-            Flavor::Anthropic => json!({ "type": "error", "error": inner }),
-            Flavor::Bedrock => json!({ "message": self.message, "__type": self.aws_code(), "error": inner }),
-            Flavor::Google => {
-                inner["status"] = self.google_status().into();
-                json!({ "error": inner })
-            }
-        }
-    }
-
-    /// The AWS error code a Bedrock client expects for this status.
-    fn aws_code(&self) -> &'static str {
-        match self.status() {
-            401 => "UnrecognizedClientException",
-            403 => "AccessDeniedException",
-            404 => "ResourceNotFoundException",
-            408 | 504 => "ModelTimeoutException",
-            429 => "ThrottlingException",
-            402 => "ServiceQuotaExceededException",
-            503 => "ServiceUnavailableException",
-            s if s >= 500 => "InternalServerException",
-            _ => "ValidationException",
-        }
-    }
-
-    /// The `google.rpc.Code` name Google's clients expect for this status.
-    fn google_status(&self) -> &'static str {
-        match self.status() {
-            401 => "UNAUTHENTICATED",
-            403 => "PERMISSION_DENIED",
-            404 => "NOT_FOUND",
-            409 => "ALREADY_EXISTS",
-            429 | 402 => "RESOURCE_EXHAUSTED",
-            503 => "UNAVAILABLE",
-            504 => "DEADLINE_EXCEEDED",
-            s if s >= 500 => "INTERNAL",
-            _ => "INVALID_ARGUMENT",
-        }
-    }
-
-    pub fn body(&self, flavor: Flavor) -> Vec<u8> {
-        serde_json::to_vec(&self.envelope(flavor)).unwrap_or_default()
     }
 
     /// The JSON-RPC 2.0 code of this error on `/mcp/{server}`, where a refusal is an error

@@ -86,7 +86,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     }
     let telemetry = crate::telemetry::Tracing::from_config(&cfg.telemetry).map_err(StartError::Telemetry)?;
     let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
-    let tokens = Arc::new(crate::providers::vertex_auth::TokenCache::new(upstream.clone(), Default::default()));
+    let tokens = Arc::new(crate::providers::TokenCache::new(upstream.clone(), Default::default()));
     let cfg_dir = cfg.storage.data_dir.clone();
     let app = Arc::new(App {
         upstream,

@@ -20,11 +20,11 @@ use crate::checks::policy::{validate, CompiledPolicy, TenantPolicy};
 use crate::compliance::pack::{self, Pack, PackSet, Source};
 use crate::config::{Config, ProviderName};
 use crate::providers::pricing::Pricing;
+use crate::providers::ProviderCred;
 use crate::secrets::at_rest::MasterKey;
 use crate::secrets::Secret;
 use crate::store::{self, keys::KeyRecord, Store, StoreError};
 use crate::tool_servers::{self, ToolServer};
-use crate::upstream::BaseUrl;
 
 /// Per-key state that outlives snapshot rebuilds (the rebuild carries the same Arc over).
 #[derive(Debug, Default)]
@@ -61,26 +61,6 @@ impl KeyEntry {
     pub fn touch(&self) {
         self.state.last_used_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
     }
-}
-
-/// Decrypted credentials of one tenant for one provider.
-#[derive(Debug)]
-pub struct ProviderCred {
-    pub provider: ProviderName,
-    pub auth: ProviderAuth,
-    pub base_url: BaseUrl,
-    pub status: String,
-}
-
-/// How a credential authenticates: the secret part, opened.
-#[derive(Debug)]
-pub enum ProviderAuth {
-    /// OpenAI, Anthropic.
-    ApiKey(Secret),
-    /// Bedrock: SigV4 with these keys, in this region.
-    Aws { keys: crate::providers::bedrock::sign::AwsKeys, region: String },
-    /// Vertex: tokens minted from this service account, models in this region.
-    Google { account: Arc<crate::providers::vertex_auth::ServiceAccount>, location: String },
 }
 
 pub struct Snapshot {
@@ -269,7 +249,7 @@ impl SnapshotHandle {
         let mut providers = HashMap::new();
         for row in cred_rows {
             let Some(p) = ProviderName::parse(&row.provider) else { continue };
-            match crate::providers::credentials::open(&self.master, &old.config, &row) {
+            match crate::providers::sealed::open(&self.master, &old.config, &row) {
                 Ok(cred) => {
                     providers.entry(row.tenant_id.clone()).or_insert_with(HashMap::new).insert(p, Arc::new(cred));
                 }

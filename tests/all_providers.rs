@@ -6,7 +6,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::{google, http, standin_cloud, with_standin, Backend, Gateway, Standin};
-use tollgate::providers::bedrock::eventstream::Decoder;
+use tollgate::providers::eventstream::Decoder;
 
 const HAIKU: &str = "anthropic.claude-3-haiku-20240307-v1:0";
 const AKID: &str = "AKIDSTANDINEXAMPLE";

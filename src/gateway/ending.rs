@@ -11,8 +11,9 @@ use pingora::{Error, ErrorType};
 use super::header;
 use super::relay::error_event;
 use crate::checks::pipeline::Cached;
-use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::error::{ApiError, ErrorKind};
 use crate::providers::Dialect;
+use crate::providers::Flavor;
 
 pub enum Ending {
     /// Nothing has been sent: the whole answer.

@@ -346,7 +346,7 @@ impl Gateway {
         );
         match watch.id() {
             Some(id) => rpc_refusal(&e, id, ctx.answer_headers()),
-            None => Ending::error(&e, crate::error::Flavor::Plain, ctx.answer_headers()),
+            None => Ending::error(&e, crate::providers::Flavor::Plain, ctx.answer_headers()),
         }
     }
 
@@ -371,7 +371,7 @@ impl Gateway {
                 );
                 return match watch.id() {
                     Some(id) => rpc_refusal(&err, id, ctx.answer_headers()),
-                    None => Ending::error(&err, crate::error::Flavor::Plain, ctx.answer_headers()),
+                    None => Ending::error(&err, crate::providers::Flavor::Plain, ctx.answer_headers()),
                 };
             }
         };

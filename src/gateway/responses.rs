@@ -21,7 +21,8 @@ use super::sse::event_data;
 use super::{body, request, routes, Ctx, Gateway};
 use crate::checks::guardrail::plugin as guardrail;
 use crate::config::ProviderName;
-use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::error::{ApiError, ErrorKind};
+use crate::providers::Flavor;
 use crate::providers::{self, Dialect, Target};
 use crate::snapshot::KeyEntry;
 use crate::store::{self, Store};
@@ -467,7 +468,7 @@ mod tests {
     #[test]
     fn the_error_event_makes_the_sdk_raise() {
         let e = ApiError::new(ErrorKind::GuardrailBlocked, "the answer was blocked by a guardrail (credit_card)");
-        let v = error_event(e.envelope(crate::error::Flavor::OpenAi));
+        let v = error_event(e.envelope(crate::providers::Flavor::OpenAi));
         assert_eq!(v["type"], "error");
         assert_eq!(v["code"], "guardrail_blocked");
         assert_eq!(v["message"], v["error"]["message"]);

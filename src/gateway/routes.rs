@@ -1,8 +1,8 @@
 //! The gateway's routes and what each one speaks.
 
 use crate::config::ProviderName;
-use crate::error::Flavor;
 use crate::providers::Dialect;
+use crate::providers::Flavor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {

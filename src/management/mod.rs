@@ -38,8 +38,9 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::app::App;
-use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::error::{ApiError, ErrorKind};
 use crate::metrics::METRICS;
+use crate::providers::Flavor;
 use crate::snapshot::KeyEntry;
 use routes::{Found, Op};
 

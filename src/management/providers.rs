@@ -9,12 +9,15 @@ use super::{Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::config::ProviderName;
 use crate::error::ApiError;
-use crate::providers::credentials::CredentialBody;
+use crate::providers::CredentialBody;
 use crate::store::{self, providers::CredentialRow};
 
 fn provider_from_path(p: &str) -> Result<ProviderName, ApiError> {
     ProviderName::parse(p).ok_or_else(|| {
-        ApiError::invalid(format!("unknown provider `{p}`: expected one of openai, anthropic, bedrock, vertex"))
+        ApiError::invalid(format!(
+            "unknown provider `{p}`: expected one of {}",
+            ProviderName::ALL.map(ProviderName::as_str).join(", ")
+        ))
     })
 }
 
@@ -143,7 +146,7 @@ pub async fn test(app: &App, caller: &Caller, provider: &str) -> Handled {
 }
 
 /// The provider's test call: whether the credential was accepted, and why not.
-async fn probe(app: &App, snap: &crate::snapshot::Snapshot, cred: &crate::snapshot::ProviderCred) -> (bool, String) {
+async fn probe(app: &App, snap: &crate::snapshot::Snapshot, cred: &crate::providers::ProviderCred) -> (bool, String) {
     let provider = crate::providers::provider(cred.provider);
     let probe = provider.probe();
     let env = crate::providers::Env { config: &snap.config, tokens: &app.tokens };

@@ -275,9 +275,68 @@ fn from_usage(dialect: Dialect, u: &Value) -> Option<Usage> {
 /// a translated answer's `usage` always agree.
 pub fn from_value(dialect: Dialect, v: &Value) -> Option<Usage> {
     match dialect {
-        Dialect::Converse => crate::providers::bedrock::eventstream::usage_counts(v.get("usage")?),
-        Dialect::Gemini => crate::providers::translate::gemini::usage_of(v),
+        Dialect::Converse => converse_usage(v.get("usage")?),
+        Dialect::Gemini => gemini_usage(v),
         _ => from_usage(dialect, v.get("usage")?),
+    }
+}
+
+/// The usage of a Bedrock `usage` object. Cache reads and writes are input too, counted apart
+/// from `inputTokens` (as Anthropic counts them; the same sum `providers::usage` takes for
+/// Anthropic), and priced at their own rates.
+fn converse_usage(usage: &Value) -> Option<Usage> {
+    let n = |key: &str| usage.get(key).and_then(Value::as_u64);
+    let input = n("inputTokens")?;
+    let output = n("outputTokens")?;
+    let (read, write) = (n("cacheReadInputTokens").unwrap_or(0), n("cacheWriteInputTokens").unwrap_or(0));
+    Some(Usage {
+        prompt_tokens: input.saturating_add(read).saturating_add(write),
+        completion_tokens: output,
+        cache_read_tokens: read,
+        cache_write_tokens: write,
+        ..Usage::default()
+    })
+}
+
+/// The usage of a Gemini answer, or of one `streamGenerateContent` event (each carries the
+/// counts so far; the last one the totals), or of a whole non-SSE stream (a JSON array of such
+/// answers: the last counts are the totals). `None` without `usageMetadata`. The cached tokens
+/// (`cachedContentTokenCount`) are inside the prompt, the thinking tokens inside the completion.
+pub fn gemini_usage(gemini: &Value) -> Option<Usage> {
+    let meta = match gemini {
+        Value::Array(events) => events.iter().rev().find_map(|e| e.get("usageMetadata"))?,
+        _ => gemini.get("usageMetadata")?,
+    };
+    let c = GeminiCounts::of(meta);
+    Some(Usage {
+        prompt_tokens: c.prompt,
+        completion_tokens: c.completion,
+        cache_read_tokens: c.cached,
+        reasoning_tokens: c.reasoning,
+        ..Usage::default()
+    })
+}
+
+/// Gemini's counts as OpenAI reckons them. The thinking tokens are output Google bills apart
+/// from `candidatesTokenCount`; OpenAI counts reasoning inside `completion_tokens`. Tokens of
+/// tool-use prompts are input. The cached tokens are already inside `promptTokenCount`, as they
+/// are inside OpenAI's `prompt_tokens`.
+pub(crate) struct GeminiCounts {
+    pub(crate) prompt: u64,
+    pub(crate) completion: u64,
+    pub(crate) total: u64,
+    pub(crate) cached: u64,
+    pub(crate) reasoning: u64,
+}
+
+impl GeminiCounts {
+    pub(crate) fn of(meta: &Value) -> Self {
+        let n = |key: &str| meta.get(key).and_then(Value::as_u64).unwrap_or(0);
+        let prompt = n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount"));
+        let reasoning = n("thoughtsTokenCount");
+        let completion = n("candidatesTokenCount").saturating_add(reasoning);
+        let total = meta.get("totalTokenCount").and_then(Value::as_u64).unwrap_or(prompt.saturating_add(completion));
+        Self { prompt, completion, total, cached: n("cachedContentTokenCount"), reasoning }
     }
 }
 

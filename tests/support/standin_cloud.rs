@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::standin::{write_json, Recorded};
-use tollgate::providers::bedrock::eventstream::{encode_event, encode_exception};
+use tollgate::providers::eventstream::{encode_event, encode_exception};
 
 pub const TOKEN: &str = "ya29.standin";
 

@@ -12,7 +12,7 @@
 //!   [`super::to_openai_completion`].
 //! - [`openai_error`]: a Bedrock error answer → the OpenAI error object.
 //! - [`ConverseStreamTranslator`]: ConverseStream union values (from
-//!   [`crate::providers::bedrock::eventstream::Decoder`]) → the Anthropic events they
+//!   [`crate::providers::eventstream::Decoder`]) → the Anthropic events they
 //!   correspond to → [`super::StreamTranslator`], so streamed chunks have exactly the shape the
 //!   Anthropic route's have (and that the openai SDK's tests already accept).
 //!
@@ -23,7 +23,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{to_anthropic_request, ChunkTranslator, StreamTranslator, TranslateError};
-use crate::providers::bedrock::eventstream::exception_of;
+use crate::providers::eventstream::exception_of;
 
 type Obj = Map<String, Value>;
 
@@ -281,7 +281,7 @@ pub fn openai_error(error_type: Option<&str>, body: &Value) -> Value {
 }
 
 /// ConverseStream union values → `chat.completion.chunk` objects. Feed every value of
-/// [`crate::providers::bedrock::eventstream::Decoder`] in order. `messageStop` gives the
+/// [`crate::providers::eventstream::Decoder`] in order. `messageStop` gives the
 /// `finish_reason` chunk; `metadata`, which Bedrock sends last, gives the usage chunk (when
 /// asked) and ends the answer; an exception gives an OpenAI error object and ends it too.
 ///

@@ -403,3 +403,16 @@ fn tool_result(message: &Value, field: &str) -> Result<Value, TranslateError> {
     let content = text_content(text_parts(message.get("content"), field)?);
     Ok(json!({ "type": "tool_result", "tool_use_id": id, "content": content }))
 }
+
+/// Makes a streamed OpenAI-dialect chat request report usage. Returns true when the gateway
+/// added the option (so the extra usage-only chunk is not shown to a client that never asked).
+pub fn ensure_stream_usage(body: &mut Value) -> bool {
+    let Some(obj) = body.as_object_mut() else { return false };
+    let opts = obj.entry("stream_options").or_insert_with(|| Value::Object(Default::default()));
+    let Some(opts) = opts.as_object_mut() else { return false };
+    if opts.get("include_usage").and_then(Value::as_bool) == Some(true) {
+        return false;
+    }
+    opts.insert("include_usage".into(), Value::Bool(true));
+    true
+}

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::{finish_reason, TranslateError};
+use super::error::TranslateError;
 
 /// Translates an Anthropic Messages answer. `created` is the Unix time the caller stamps (the
 /// answer has none). Only `text` and `tool_use` blocks carry over: the request never asks for
@@ -88,4 +88,15 @@ pub fn openai_error(anthropic: &Value) -> Value {
     let message = error.get("message").and_then(Value::as_str).unwrap_or("the Anthropic upstream answered an error");
     let kind = error.get("type").and_then(Value::as_str).unwrap_or("api_error");
     json!({ "error": { "message": message, "type": kind, "param": null, "code": null } })
+}
+
+/// Anthropic `stop_reason` → OpenAI `finish_reason`. Reasons Anthropic may add later read as
+/// `stop`: the turn ended, and `stop` is the one value every client handles.
+pub(super) fn finish_reason(stop_reason: &str) -> &'static str {
+    match stop_reason {
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        "tool_use" => "tool_calls",
+        "refusal" => "content_filter",
+        _ => "stop",
+    }
 }

@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::finish_reason;
-use super::response::{openai_error, usage};
+use super::chunks::ChunkTranslator;
+use super::response::{finish_reason, openai_error, usage};
 
 /// The state of one streamed answer. Feed each SSE event's parsed `data` to [`Self::on_event`]
 /// in order and write every returned object as `data: {json}`; once [`Self::is_done`], write
@@ -176,5 +176,17 @@ impl StreamTranslator {
             "model": self.model,
             "choices": [],
         })
+    }
+}
+
+impl ChunkTranslator for StreamTranslator {
+    fn on_event(&mut self, event: &Value) -> Vec<Value> {
+        StreamTranslator::on_event(self, event)
+    }
+    fn finish(&mut self) -> Vec<Value> {
+        Vec::new()
+    }
+    fn is_done(&self) -> bool {
+        StreamTranslator::is_done(self)
     }
 }

@@ -200,3 +200,14 @@ fn cache_writes_are_kept_through_the_translated_usage() {
         (4004, 9, 3000, 1000)
     );
 }
+
+#[test]
+fn stream_usage_option() {
+    let mut b = json!({"model": "m", "stream": true});
+    assert!(ensure_stream_usage(&mut b));
+    assert_eq!(b["stream_options"]["include_usage"], true);
+    assert!(!ensure_stream_usage(&mut b), "already on");
+    let mut b = json!({"stream_options": {"include_usage": false, "x": 1}});
+    assert!(ensure_stream_usage(&mut b));
+    assert_eq!(b["stream_options"]["x"], 1);
+}

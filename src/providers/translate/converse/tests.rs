@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::providers::bedrock::eventstream::{encode_exception, Decoder};
+use crate::providers::eventstream::{encode_exception, Decoder};
 
 const CREATED: i64 = 1_700_000_000;
 const MODEL: &str = "bedrock/anthropic.claude-3-haiku-20240307-v1:0";

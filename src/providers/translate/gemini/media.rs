@@ -2,7 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::{str_at, TranslateError};
+use super::parts::str_at;
+use crate::providers::translate::TranslateError;
 
 /// Image types Vertex reads from a Cloud Storage object, by the object's extension (`fileData`
 /// needs the type, and a `gs://` URI carries none).

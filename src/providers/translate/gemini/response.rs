@@ -3,8 +3,9 @@
 
 use serde_json::{json, Value};
 
-use super::{answer_text, finish_reason, tool_call, tool_call_id, TranslateError};
-use crate::providers::Usage;
+use super::parts::{answer_text, finish_reason, tool_call, tool_call_id};
+use crate::providers::translate::TranslateError;
+use crate::providers::usage::GeminiCounts as Counts;
 
 /// Translates a whole Gemini answer. `model` and `id` are what the client sees (the answer's
 /// `modelVersion` and `responseId` are Google's), `created` the Unix time the caller stamps.
@@ -56,48 +57,6 @@ fn message(candidate: &Value, id: &str) -> Result<(Value, &'static str), Transla
         message["tool_calls"] = Value::Array(tool_calls);
     }
     Ok((message, finish))
-}
-
-/// The usage of a Gemini answer, or of one `streamGenerateContent` event (each carries the
-/// counts so far; the last one the totals), or of a whole non-SSE stream (a JSON array of such
-/// answers: the last counts are the totals). `None` without `usageMetadata`. The cached tokens
-/// (`cachedContentTokenCount`) are inside the prompt, the thinking tokens inside the completion.
-pub fn usage_of(gemini: &Value) -> Option<Usage> {
-    let meta = match gemini {
-        Value::Array(events) => events.iter().rev().find_map(|e| e.get("usageMetadata"))?,
-        _ => gemini.get("usageMetadata")?,
-    };
-    let c = Counts::of(meta);
-    Some(Usage {
-        prompt_tokens: c.prompt,
-        completion_tokens: c.completion,
-        cache_read_tokens: c.cached,
-        reasoning_tokens: c.reasoning,
-        ..Usage::default()
-    })
-}
-
-/// Gemini's counts as OpenAI reckons them. The thinking tokens are output Google bills apart
-/// from `candidatesTokenCount`; OpenAI counts reasoning inside `completion_tokens`. Tokens of
-/// tool-use prompts are input. The cached tokens are already inside `promptTokenCount`, as they
-/// are inside OpenAI's `prompt_tokens`.
-struct Counts {
-    prompt: u64,
-    completion: u64,
-    total: u64,
-    cached: u64,
-    reasoning: u64,
-}
-
-impl Counts {
-    fn of(meta: &Value) -> Self {
-        let n = |key: &str| meta.get(key).and_then(Value::as_u64).unwrap_or(0);
-        let prompt = n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount"));
-        let reasoning = n("thoughtsTokenCount");
-        let completion = n("candidatesTokenCount").saturating_add(reasoning);
-        let total = meta.get("totalTokenCount").and_then(Value::as_u64).unwrap_or(prompt.saturating_add(completion));
-        Self { prompt, completion, total, cached: n("cachedContentTokenCount"), reasoning }
-    }
 }
 
 /// `usageMetadata` → OpenAI's `usage` object.

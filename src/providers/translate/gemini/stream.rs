@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
+use super::parts::{answer_text, finish_reason, tool_call, tool_call_id};
 use super::response::{openai_error, usage};
-use super::{answer_text, finish_reason, tool_call, tool_call_id};
 use crate::providers::translate::ChunkTranslator;
 
 /// The state of one streamed answer. Each SSE event of `:streamGenerateContent?alt=sse` is a

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
+use super::parts::finish_reason;
 use super::*;
 use crate::providers::translate::ChunkTranslator;
 

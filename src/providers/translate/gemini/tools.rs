@@ -2,7 +2,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{str_at, TranslateError};
+use super::parts::str_at;
+use crate::providers::translate::TranslateError;
 
 type Obj = Map<String, Value>;
 

@@ -18,8 +18,6 @@ use aws_smithy_eventstream::frame::{read_message_from, write_message_to};
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
 use serde_json::{json, Map, Value};
 
-use crate::providers::Usage;
-
 /// The largest frame AWS sends (aws-c-event-stream's `AWS_EVENT_STREAM_MAX_MESSAGE_SIZE`). A
 /// prelude announcing more is corrupt: refusing it at once keeps a bad length from making the
 /// decoder buffer without end.
@@ -207,23 +205,6 @@ fn encode(headers: &[(&str, &str)], payload: &Value) -> Result<Vec<u8>, EncodeEr
     let mut out = Vec::new();
     write_message_to(&message, &mut out).map_err(|e| EncodeError(e.to_string()))?;
     Ok(out)
-}
-
-/// The usage of a Bedrock `usage` object. Cache reads and writes are input too, counted apart
-/// from `inputTokens` (as Anthropic counts them; the same sum `providers::usage` takes for
-/// Anthropic), and priced at their own rates.
-pub fn usage_counts(usage: &Value) -> Option<Usage> {
-    let n = |key: &str| usage.get(key).and_then(Value::as_u64);
-    let input = n("inputTokens")?;
-    let output = n("outputTokens")?;
-    let (read, write) = (n("cacheReadInputTokens").unwrap_or(0), n("cacheWriteInputTokens").unwrap_or(0));
-    Some(Usage {
-        prompt_tokens: input.saturating_add(read).saturating_add(write),
-        completion_tokens: output,
-        cache_read_tokens: read,
-        cache_write_tokens: write,
-        ..Usage::default()
-    })
 }
 
 #[cfg(test)]

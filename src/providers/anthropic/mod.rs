@@ -5,11 +5,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{api_key, base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::ApiError;
+use crate::providers::credential::{api_key, ProviderCred};
+use crate::providers::headers::base_headers;
 use crate::providers::translate::{self, ChunkTranslator, StreamTranslator, TranslateError};
-use crate::snapshot::ProviderCred;
+use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 
 const FORWARD: &[&str] = &["anthropic-beta"];
 

@@ -4,21 +4,23 @@
 //! - [`sign`]: AWS Signature Version 4 over the upstream request (the `aws-sigv4` crate, set up
 //!   the way botocore signs `bedrock-runtime`, so a request the gateway sends verifies exactly
 //!   as one boto3 would send).
-//! - [`eventstream`]: the `application/vnd.amazon.eventstream` framing of `converse-stream`
-//!   answers (the `aws-smithy-eventstream` crate), decoded into one JSON value per event.
+//!
+//! Its `converse-stream` answers come in the `application/vnd.amazon.eventstream` framing,
+//! read by [`crate::providers::eventstream`] (the framing of the Converse dialect).
 
-pub mod eventstream;
 pub mod sign;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::{base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
+use crate::providers::credential::{secret_field, CredentialBody, Fields, ProviderAuth, ProviderCred};
+use crate::providers::headers::base_headers;
 use crate::providers::translate::{converse, ChunkTranslator, TranslateError};
-use crate::snapshot::{ProviderAuth, ProviderCred};
+use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
+use crate::secrets::Secret;
 
 pub struct Bedrock;
 
@@ -105,6 +107,35 @@ impl Provider for Bedrock {
         let vendor_ok = !vendor.is_empty() && vendor.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
         (vendor_ok && rest.contains(':')).then(|| format!("bedrock/{priced}"))
     }
+
+    /// AWS access keys and the region they sign for.
+    fn credential_fields(&self) -> Fields {
+        Fields { required: &["access_key_id", "secret_access_key", "region"], optional: &[] }
+    }
+
+    fn seal_secret(&self, body: &CredentialBody) -> Result<(Value, String), String> {
+        let id = body.field("access_key_id").unwrap_or_default();
+        let secret = body.field("secret_access_key").unwrap_or_default();
+        Ok((json!({ "access_key_id": id, "secret_access_key": secret }), Secret::new(id).hint()))
+    }
+
+    fn open_auth(&self, secret: &Value, region: &str) -> Result<ProviderAuth, String> {
+        let keys = sign::AwsKeys {
+            access_key_id: secret_field(secret, "access_key_id"),
+            secret_access_key: secret_field(secret, "secret_access_key"),
+            session_token: None,
+        };
+        Ok(ProviderAuth::Aws { keys, region: region.to_string() })
+    }
+
+    /// The regional endpoint, unless config names one for every tenant.
+    fn default_base_url(&self, configured: &str, region: &str) -> String {
+        if configured.is_empty() {
+            format!("https://bedrock-runtime.{region}.amazonaws.com")
+        } else {
+            configured.to_string()
+        }
+    }
 }
 
 /// The names SigV4 adds, as the static strings the upstream header list holds.
@@ -115,5 +146,20 @@ fn static_header(name: &str) -> &'static str {
         "x-amz-security-token" => "x-amz-security-token",
         "x-amz-content-sha256" => "x-amz-content-sha256",
         _ => "x-amz-unknown",
+    }
+}
+
+/// The AWS error code a Bedrock client expects for this status.
+pub(crate) fn aws_error_code(status: u16) -> &'static str {
+    match status {
+        401 => "UnrecognizedClientException",
+        403 => "AccessDeniedException",
+        404 => "ResourceNotFoundException",
+        408 | 504 => "ModelTimeoutException",
+        429 => "ThrottlingException",
+        402 => "ServiceQuotaExceededException",
+        503 => "ServiceUnavailableException",
+        s if s >= 500 => "InternalServerException",
+        _ => "ValidationException",
     }
 }

@@ -1,16 +1,23 @@
 //! Google Vertex AI (Gemini `generateContent`): a bearer access token minted from the stored
-//! service account ([`super::vertex_auth`]); streams as SSE (`alt=sse`); OpenAI-shaped
+//! service account ([`auth`]); streams as SSE (`alt=sse`); OpenAI-shaped
 //! requests translated by [`crate::providers::translate::gemini`].
+
+pub mod auth;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::{base_headers, ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
+use crate::providers::credential::{secret_field, CredentialBody, Fields, ProviderAuth, ProviderCred};
+use crate::providers::headers::base_headers;
 use crate::providers::translate::{gemini, ChunkTranslator, TranslateError};
-use crate::snapshot::{ProviderAuth, ProviderCred};
+use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
+use crate::secrets::Secret;
+use auth::ServiceAccount;
 
 pub struct Vertex;
 
@@ -81,5 +88,60 @@ impl Provider for Vertex {
     /// Google's own models on Vertex (`gemini-*`); the client names them `vertex/<model>`.
     fn listed_as(&self, priced: &str) -> Option<String> {
         priced.starts_with("gemini-").then(|| format!("vertex/{priced}"))
+    }
+
+    /// A service account key file; the region (Vertex's location) is optional.
+    fn credential_fields(&self) -> Fields {
+        Fields { required: &["service_account_json"], optional: &["region"] }
+    }
+
+    fn seal_secret(&self, body: &CredentialBody) -> Result<(Value, String), String> {
+        let sa = body.field("service_account_json").unwrap_or_default();
+        // The parse the token source uses: a key file that cannot mint a token is refused when
+        // it is stored, naming what is wrong, rather than on the first request.
+        let account = ServiceAccount::parse(sa).map_err(|e| e.to_string())?;
+        Ok((json!({ "service_account_json": sa }), Secret::new(account.private_key_id.as_str()).hint()))
+    }
+
+    fn open_auth(&self, secret: &Value, region: &str) -> Result<ProviderAuth, String> {
+        let account =
+            ServiceAccount::parse(&secret_field(secret, "service_account_json")).map_err(|e| e.to_string())?;
+        Ok(ProviderAuth::Google { account: Arc::new(account), location: location(region).to_string() })
+    }
+
+    /// The regional endpoint, unless config names one for every tenant.
+    fn default_base_url(&self, configured: &str, region: &str) -> String {
+        if configured.is_empty() {
+            format!("https://{}-aiplatform.googleapis.com", location(region))
+        } else {
+            configured.to_string()
+        }
+    }
+}
+
+/// Vertex's region when the credential names none.
+const DEFAULT_LOCATION: &str = "us-central1";
+
+/// The credential's region, or the default one.
+fn location(region: &str) -> &str {
+    if region.is_empty() {
+        DEFAULT_LOCATION
+    } else {
+        region
+    }
+}
+
+/// The `google.rpc.Code` name Google's clients expect for this status.
+pub(crate) fn google_status(status: u16) -> &'static str {
+    match status {
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ALREADY_EXISTS",
+        429 | 402 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        s if s >= 500 => "INTERNAL",
+        _ => "INVALID_ARGUMENT",
     }
 }

@@ -1,0 +1,50 @@
+//! The error envelope in the shape the client's SDK reads ([`Flavor`]): the contract's
+//! `{"error": {type, message, code}}`, reshaped per route for the dialect the client speaks.
+//! Every error that reaches a client, on either port, passes through [`ApiError::envelope`].
+
+use serde_json::json;
+
+use super::{bedrock, vertex};
+use crate::error::{ApiError, ErrorDetail};
+
+/// The shape an error body takes, chosen by the route the client called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Management API: `{"error": {type, message, code}}`.
+    Plain,
+    /// OpenAI-shaped gateway routes: adds `"param": null` so the openai SDK parses it.
+    OpenAi,
+    /// Anthropic route: `{"type": "error", "error": {...}}`, as the anthropic SDK expects.
+    Anthropic,
+    /// Bedrock routes: AWS's `{"message", "__type"}` (botocore reads the error code from
+    /// `__type`), with the gateway's `error` object beside them.
+    Bedrock,
+    /// Vertex routes: Google's `{"error": {code, message, status}}`, with the gateway's `type`.
+    Google,
+}
+
+impl ApiError {
+    pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {
+        let detail = ErrorDetail { kind: self.kind.type_name(), message: &self.message, code: self.status() };
+        let mut inner = serde_json::to_value(detail).unwrap_or_default();
+        match flavor {
+            Flavor::Plain => json!({ "error": inner }),
+            Flavor::OpenAi => {
+                inner["param"] = serde_json::Value::Null;
+                json!({ "error": inner })
+            }
+            Flavor::Anthropic => json!({ "type": "error", "error": inner }),
+            Flavor::Bedrock => {
+                json!({ "message": self.message, "__type": bedrock::aws_error_code(self.status()), "error": inner })
+            }
+            Flavor::Google => {
+                inner["status"] = vertex::google_status(self.status()).into();
+                json!({ "error": inner })
+            }
+        }
+    }
+
+    pub fn body(&self, flavor: Flavor) -> Vec<u8> {
+        serde_json::to_vec(&self.envelope(flavor)).unwrap_or_default()
+    }
+}
