@@ -36,7 +36,6 @@ const DEBTS: &[&str] = &[
     "cycle: checks::policy::allowlist, checks::policy::compiled, checks::policy::rules",
     "cycle: cli, server",
     "cycle: config, config::env, telemetry, telemetry::span",
-    "cycle: management, management::analytics, management::billing, management::budget_requests, management::budgets, management::compliance, management::compliance::attestation, management::compliance::controls, management::compliance::coverage, management::compliance::packs, management::keys, management::members, management::openapi, management::policies, management::prompts, management::providers, management::receipts, management::status, management::teams, management::tool_servers, management::webhooks",
     "cycle: providers::bedrock::eventstream, providers::translate, providers::translate::converse, providers::translate::gemini, providers::translate::gemini::media, providers::translate::gemini::request, providers::translate::gemini::response, providers::translate::gemini::stream, providers::translate::gemini::tools, providers::translate::request, providers::translate::response, providers::translate::stream, providers::usage",
     "metrics -> receipts::vocabulary (platform imports domain)",
     "store::journal -> receipts (platform imports domain)",

@@ -6,8 +6,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, BadGateway, Manager};
-use super::{Caller, Handled, Reply, Req};
+use super::handler::{Caller, Handled, Reply, Req};
+use super::openapi_parts::{Authenticated, BadGateway, Manager};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
 use crate::upstream::BaseUrl;

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{string_enum, Authenticated, Missing};
-use super::{BodyStream, Caller, Handled, Reply, Req};
+use super::handler::{BodyStream, Caller, Handled, Reply, Req};
+use super::openapi_parts::{string_enum, Authenticated, Missing};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::receipts::canonical::Receipt;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::openapi::string_enum;
-use super::{Handled, Reply};
+use super::handler::{Handled, Reply};
+use super::openapi_parts::string_enum;
 use crate::app::App;
 use crate::config::ProviderName;
 

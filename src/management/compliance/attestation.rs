@@ -7,9 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::super::openapi::{Authenticated, Missing};
+use super::super::handler::{BodyStream, Caller, Handled, Reply, Req};
+use super::super::openapi_parts::{Authenticated, Missing};
 use super::super::receipts::number;
-use super::super::{BodyStream, Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::compliance::attestation::{self, Attestation, MERKLE_ALGORITHM};
 use crate::compliance::bundle::BundleWriter;
@@ -215,7 +215,7 @@ fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
 /// and signature, the signing keys and the packs in force; `tollgate verify` checks it offline.
 #[utoipa::path(get, path = "/v1/compliance/evidence-bundle", operation_id = "getEvidenceBundle", tag = "compliance",
     params(PeriodQuery),
-    responses((status = 200, description = "The bundle, as a file attachment", body = super::super::openapi::Object,
+    responses((status = 200, description = "The bundle, as a file attachment", body = super::super::openapi_parts::Object,
             headers(("content-disposition" = String, description = "attachment; filename=\"evidence-bundle-seq-F-T.json\""))),
         Authenticated))]
 pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {

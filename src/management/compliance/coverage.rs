@@ -1,12 +1,14 @@
 //! `GET /v1/compliance/coverage/{framework}` (the pack as a coverage map) and
 //! `.../controls/{controlId}/receipts` (the receipts whose checks prove one control).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::super::openapi::{Authenticated, Missing};
+use super::super::handler::{Caller, Handled, Reply, Req};
+use super::super::openapi_parts::{Authenticated, Missing};
 use super::super::receipts::{list_entry, number, ReceiptEntry};
-use super::super::{Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
@@ -54,13 +56,23 @@ impl<'a> CoverageMap<'a> {
     }
 }
 
+/// A pack for the coverage endpoints: the tenant's set in force, or 404 naming the framework.
+fn in_force(app: &App, tenant: &str, framework: &str) -> Result<Arc<Pack>, ApiError> {
+    app.snapshot.load().packs(tenant).get(framework).cloned().ok_or_else(|| {
+        ApiError::new(
+            ErrorKind::NotFound,
+            format!("no compliance pack for framework `{framework}`; GET /v1/compliance/packs lists those in force"),
+        )
+    })
+}
+
 /// A pack as a coverage map
 #[utoipa::path(get, path = "/v1/compliance/coverage/{framework}", operation_id = "getCoverage", tag = "compliance",
     params(("framework" = String, Path, description = "e.g. `eu-ai-act`")),
     responses((status = 200, description = "The pack in force for the framework, control by control", body = CoverageMap),
         Missing, Authenticated))]
 pub async fn coverage(app: &App, caller: &Caller, framework: &str) -> Handled {
-    let pack = super::packs::in_force(app, caller.tenant(), framework)?;
+    let pack = in_force(app, caller.tenant(), framework)?;
     Ok(Reply::json(200, &CoverageMap::of(&pack)))
 }
 
@@ -99,7 +111,7 @@ pub(in super::super) struct ControlReceipts<'a> {
         Authenticated))]
 pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, control_id: &str, req: &Req) -> Handled {
     let tenant = caller.tenant();
-    let pack = super::packs::in_force(app, tenant, framework)?;
+    let pack = in_force(app, tenant, framework)?;
     let control = pack.control(control_id).ok_or_else(|| {
         ApiError::new(ErrorKind::NotFound, format!("no control `{control_id}` in the `{framework}` pack in force"))
     })?;
