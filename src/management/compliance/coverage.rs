@@ -14,6 +14,7 @@ use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, 
 use crate::compliance::{DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
 use crate::store;
+use crate::store::receipts::StoredReceipt;
 
 /// The seed's coverage map of one pack. `disclaimer` is the pack's own legal-posture text (the
 /// baseline packs carry the project's); a tenant pack with other text also gets the project's
@@ -119,26 +120,11 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
     let cursor = number(req, "cursor", 1, u64::MAX >> 11)?;
     // RECEIPT and KEY hold for every receipt; an external control has no receipt evidence.
     let every = control.proven_by.iter().any(|n| n == RECEIPT || n == KEY);
-    let mut rows = if control.coverage == Coverage::External {
-        Vec::new()
-    } else if every {
-        let all = store::receipts::Filter::default();
-        store::receipts::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
-    } else {
-        store::receipts::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
-    };
+    let mut rows = proving_receipts(app, tenant, control, every, cursor, limit).await?;
     let more = rows.len() as u64 > limit;
     rows.truncate(limit as usize);
     let next = if more { rows.last().map(|r| r.receipt.seq) } else { None };
-    let note = match (control.coverage, every) {
-        (Coverage::External, _) => {
-            Some("external control: no receipt proves it; the evidence lies outside the gateway")
-        }
-        (_, true) => {
-            Some("proven by RECEIPT or KEY, which every receipt proves: all of the tenant's receipts are listed")
-        }
-        _ => None,
-    };
+    let note = note(control.coverage, every);
     let control = ControlRef {
         id: &control.id,
         title: &control.title,
@@ -156,4 +142,36 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
         disclaimer: DISCLAIMER,
     };
     Ok(Reply::json(200, &body))
+}
+
+/// Why a list shows no receipts, or all of them.
+fn note(coverage: Coverage, every: bool) -> Option<&'static str> {
+    match (coverage, every) {
+        (Coverage::External, _) => {
+            Some("external control: no receipt proves it; the evidence lies outside the gateway")
+        }
+        (_, true) => {
+            Some("proven by RECEIPT or KEY, which every receipt proves: all of the tenant's receipts are listed")
+        }
+        _ => None,
+    }
+}
+
+/// Up to `limit + 1` receipts from `cursor` on that prove `control` (`every`: all of them).
+async fn proving_receipts(
+    app: &App,
+    tenant: &str,
+    control: &Control,
+    every: bool,
+    cursor: Option<u64>,
+    limit: u64,
+) -> Result<Vec<StoredReceipt>, ApiError> {
+    Ok(if control.coverage == Coverage::External {
+        Vec::new()
+    } else if every {
+        let all = store::receipts::Filter::default();
+        store::receipts::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
+    } else {
+        store::receipts::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
+    })
 }
