@@ -3,9 +3,8 @@
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::handler::{Caller, Handled, Page, Reply, Req};
+use super::handler::{number, ts_bound, Caller, Handled, Page, Reply, Req};
 use super::openapi_parts::Authenticated;
-use super::receipts::{number, ts_bound};
 use crate::app::App;
 use crate::store;
 use crate::store::analytics::{CacheModelStats, GuardrailEvent};

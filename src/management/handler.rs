@@ -1,6 +1,7 @@
 //! What every management handler receives and answers: the authenticated [`Caller`], the
-//! request ([`Req`]), and the reply ([`Reply`], or an error: [`Handled`]), with the page shape
-//! and the `?limit=` paging that the cursor-paginated lists share.
+//! request ([`Req`]) and the readers of its query values, and the reply ([`Reply`], or an
+//! error: [`Handled`]), with the page shape and the `?limit=` paging that the cursor-paginated
+//! lists share.
 
 use std::sync::Arc;
 
@@ -124,6 +125,28 @@ pub fn page_limit(req: &Req) -> Result<i64, ApiError> {
             .ok()
             .filter(|n| (1..=200).contains(n))
             .ok_or_else(|| ApiError::invalid("query `limit` must be an integer from 1 to 200")),
+    }
+}
+
+/// RFC 3339 → the receipts' own `YYYY-MM-DD HH:MM:SS.mmm` UTC form, which sorts as text.
+pub fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
+    let Some(v) = req.query(name) else { return Ok(None) };
+    let t = chrono::DateTime::parse_from_rfc3339(v).map_err(|_| {
+        ApiError::invalid(format!("query `{name}` must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z"))
+    })?;
+    Ok(Some(crate::receipts::receipt_ts(t.with_timezone(&chrono::Utc))))
+}
+
+/// A whole-number query value within `min..=max`; absent or empty reads as None.
+pub fn number(req: &Req, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(format!("query `{name}` must be an integer from {min} to {max}"))),
     }
 }
 

@@ -7,9 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::super::handler::{BodyStream, Caller, Handled, Reply, Req};
+use super::super::handler::{number, BodyStream, Caller, Handled, Reply, Req};
 use super::super::openapi_parts::{Authenticated, Missing};
-use super::super::receipts::number;
 use crate::app::App;
 use crate::compliance::attestation::{self, Attestation, MERKLE_ALGORITHM};
 use crate::compliance::bundle::BundleWriter;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::super::handler::{Caller, Handled, Reply, Req};
+use super::super::handler::{number, Caller, Handled, Reply, Req};
 use super::super::openapi_parts::{Authenticated, Missing};
-use super::super::receipts::{list_entry, number, ReceiptEntry};
+use super::super::receipts::{list_entry, ReceiptEntry};
 use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
