@@ -35,7 +35,6 @@ const DEBTS: &[&str] = &[
     "cycle: checks::guardrail, checks::guardrail::json_scan, checks::guardrail::json_text, checks::guardrail::resolve, checks::guardrail::stream",
     "cycle: checks::policy::allowlist, checks::policy::compiled, checks::policy::rules",
     "cycle: config, config::env, telemetry, telemetry::span",
-    "cycle: management, management::analytics, management::billing, management::budget_requests, management::budgets, management::compliance, management::compliance::attestation, management::compliance::controls, management::compliance::coverage, management::compliance::packs, management::keys, management::members, management::openapi, management::policies, management::prompts, management::providers, management::receipts, management::status, management::teams, management::tool_servers, management::webhooks",
     "store::journal -> receipts (platform imports domain)",
     "store::journal -> receipts::seal (platform imports domain)",
     "store::journal -> receipts::signer (platform imports domain)",

@@ -3,9 +3,8 @@
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::Authenticated;
-use super::receipts::{number, ts_bound};
-use super::{Caller, Handled, Page, Reply, Req};
+use super::handler::{number, ts_bound, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::Authenticated;
 use crate::app::App;
 use crate::store;
 use crate::store::analytics::{CacheModelStats, GuardrailEvent};
@@ -48,7 +47,7 @@ pub(super) struct CacheMemory {
 
 /// Guardrail redactions and blocks, newest first
 #[utoipa::path(get, path = "/v1/anomalies", operation_id = "listAnomalies", tag = "analytics",
-    params(TimeRange, super::openapi::PageQuery),
+    params(TimeRange, super::openapi_parts::PageQuery),
     responses((status = 200, description = "A page of guardrail events", body = Page<GuardrailEvent>),
         Authenticated))]
 pub async fn anomalies(app: &App, caller: &Caller, req: &Req) -> Handled {

@@ -6,10 +6,12 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, BadGateway, Manager};
-use super::{Caller, Handled, Reply, Req};
+use super::handler::{Caller, Handled, Reply, Req};
+use super::openapi_parts::{Authenticated, BadGateway, Manager};
 use crate::app::App;
+use crate::config::BillingSection;
 use crate::error::{ApiError, ErrorKind};
+use crate::secrets::Secret;
 use crate::upstream::BaseUrl;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -57,14 +59,7 @@ pub async fn checkout(app: &App, caller: &Caller, req: &Req) -> Handled {
     redirect_url("successUrl", &body.success_url)?;
     redirect_url("cancelUrl", &body.cancel_url)?;
     let billing = &app.config.billing;
-    let (Some(secret), false) = (billing.stripe_secret_key.as_ref(), billing.stripe_price_id.trim().is_empty()) else {
-        return Err(ApiError::new(
-            ErrorKind::NotConfigured,
-            "billing is not configured: set TOLLGATE_STRIPE_SECRET_KEY and TOLLGATE_STRIPE_PRICE_ID",
-        ));
-    };
-    let base = BaseUrl::parse(&billing.stripe_api_base)
-        .map_err(|e| ApiError::new(ErrorKind::NotConfigured, format!("billing.stripe_api_base {e}")))?;
+    let (secret, base) = stripe(billing)?;
     let form = form_encode(&[
         ("mode", "subscription"),
         ("line_items[0][price]", billing.stripe_price_id.trim()),
@@ -73,28 +68,7 @@ pub async fn checkout(app: &App, caller: &Caller, req: &Req) -> Handled {
         ("cancel_url", &body.cancel_url),
         ("client_reference_id", caller.tenant()),
     ]);
-    let headers = [
-        ("authorization", format!("Bearer {}", secret.expose())),
-        ("content-type", "application/x-www-form-urlencoded".to_string()),
-        // A fresh key per call: a retry of this request inside Stripe's client is deduplicated,
-        // a new checkout call makes a new session.
-        ("idempotency-key", uuid::Uuid::new_v4().to_string()),
-        ("accept", "application/json".to_string()),
-    ];
-    let stripe_err = |m: String| ApiError::new(ErrorKind::UpstreamError, m);
-    let call = async {
-        let mut resp =
-            app.upstream.send(&base, "POST", "/v1/checkout/sessions", &headers, Bytes::from(form)).await.map_err(
-                |e| stripe_err(format!("could not reach Stripe: {}", scrub(&e.to_string(), secret.expose()))),
-            )?;
-        let status = resp.header().status.as_u16();
-        let text = resp.read_all(1 << 20).await.map_err(|e| stripe_err(format!("reading Stripe's answer: {e}")))?;
-        resp.release().await;
-        Ok::<_, ApiError>((status, text))
-    };
-    let (status, text) = tokio::time::timeout(std::time::Duration::from_secs(30), call)
-        .await
-        .map_err(|_| ApiError::new(ErrorKind::UpstreamTimeout, "Stripe did not answer within 30 s"))??;
+    let (status, text) = create_session(app, &base, secret, form).await?;
     let v: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
     if !(200..300).contains(&status) {
         let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
@@ -108,6 +82,48 @@ pub async fn checkout(app: &App, caller: &Caller, req: &Req) -> Handled {
         (Some(id), Some(url)) => Ok(Reply::json(201, &Session { id: id.to_string(), url: url.to_string() })),
         _ => Err(stripe_err("Stripe's answer has no session id and url".into())),
     }
+}
+
+/// The secret key and API base, or 503 `not_configured`.
+fn stripe(billing: &BillingSection) -> Result<(&Secret, BaseUrl), ApiError> {
+    let (Some(secret), false) = (billing.stripe_secret_key.as_ref(), billing.stripe_price_id.trim().is_empty()) else {
+        return Err(ApiError::new(
+            ErrorKind::NotConfigured,
+            "billing is not configured: set TOLLGATE_STRIPE_SECRET_KEY and TOLLGATE_STRIPE_PRICE_ID",
+        ));
+    };
+    let base = BaseUrl::parse(&billing.stripe_api_base)
+        .map_err(|e| ApiError::new(ErrorKind::NotConfigured, format!("billing.stripe_api_base {e}")))?;
+    Ok((secret, base))
+}
+
+fn stripe_err(m: String) -> ApiError {
+    ApiError::new(ErrorKind::UpstreamError, m)
+}
+
+/// `POST /v1/checkout/sessions` with the form: Stripe's status and body, within 30 s.
+async fn create_session(app: &App, base: &BaseUrl, secret: &Secret, form: String) -> Result<(u16, Bytes), ApiError> {
+    let headers = [
+        ("authorization", format!("Bearer {}", secret.expose())),
+        ("content-type", "application/x-www-form-urlencoded".to_string()),
+        // A fresh key per call: a retry of this request inside Stripe's client is deduplicated,
+        // a new checkout call makes a new session.
+        ("idempotency-key", uuid::Uuid::new_v4().to_string()),
+        ("accept", "application/json".to_string()),
+    ];
+    let call = async {
+        let mut resp =
+            app.upstream.send(base, "POST", "/v1/checkout/sessions", &headers, Bytes::from(form)).await.map_err(
+                |e| stripe_err(format!("could not reach Stripe: {}", scrub(&e.to_string(), secret.expose()))),
+            )?;
+        let status = resp.header().status.as_u16();
+        let text = resp.read_all(1 << 20).await.map_err(|e| stripe_err(format!("reading Stripe's answer: {e}")))?;
+        resp.release().await;
+        Ok::<_, ApiError>((status, text))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), call)
+        .await
+        .map_err(|_| ApiError::new(ErrorKind::UpstreamTimeout, "Stripe did not answer within 30 s"))?
 }
 
 /// Stripe may quote a key it rejects: never pass the secret on.

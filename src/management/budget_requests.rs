@@ -4,8 +4,8 @@
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Conflicting, Manager, Missing, PageQuery};
-use super::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{Authenticated, Conflicting, Manager, Missing, PageQuery};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
 use crate::store::{self, budget_requests::BudgetRequest, budget_requests::Decided};

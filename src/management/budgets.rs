@@ -6,8 +6,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Manager, Missing, PageQuery};
-use super::{page_limit, paginate, usd, Caller, Handled, Page, Reply, Req};
+use super::fields::usd;
+use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{Authenticated, Manager, Missing, PageQuery};
 use crate::app::App;
 use crate::checks::budget::Period;
 use crate::error::ApiError;

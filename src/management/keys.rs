@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Manager, Missing};
-use super::{page_limit, paginate, present, tenant_team, usd, Caller, Handled, Page, Reply, Req};
+use super::fields::{present, tenant_team, usd};
+use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{Authenticated, Manager, Missing};
 use crate::app::App;
 use crate::checks::budget::Period;
 use crate::error::ApiError;
@@ -108,7 +109,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
 }
 
 /// List keys (managers see all, others their own)
-#[utoipa::path(get, path = "/v1/keys", operation_id = "listKeys", tag = "keys", params(super::openapi::PageQuery),
+#[utoipa::path(get, path = "/v1/keys", operation_id = "listKeys", tag = "keys", params(super::openapi_parts::PageQuery),
     responses((status = 200, description = "A page of keys", body = Page<KeyRecord>), Authenticated))]
 pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = page_limit(req)?;

@@ -4,8 +4,9 @@
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Manager, Missing};
-use super::{present, tenant_team, Caller, Handled, Reply, Req};
+use super::fields::{present, tenant_team};
+use super::handler::{Caller, Handled, Reply, Req};
+use super::openapi_parts::{Authenticated, Manager, Missing};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::store::members::{self, Member, MemberPatch, NewMember};

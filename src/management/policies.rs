@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{string_enum, Authenticated, Conflicting, Manager, Missing, PageQuery};
-use super::{Caller, Handled, Page, Reply, Req};
+use super::handler::{Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{string_enum, Authenticated, Conflicting, Manager, Missing, PageQuery};
 use crate::app::App;
 use crate::checks::policy::files::FilePolicy;
 use crate::checks::policy::validate;

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Missing, PageQuery};
-use super::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{Authenticated, Missing, PageQuery};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::{usage, Dialect};

@@ -4,8 +4,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::openapi::{string_enum, Authenticated, Manager};
-use super::{Caller, Handled, Reply, Req};
+use super::handler::{Caller, Handled, Reply, Req};
+use super::openapi_parts::{string_enum, Authenticated, Manager};
 use crate::app::App;
 use crate::config::ProviderName;
 use crate::error::ApiError;

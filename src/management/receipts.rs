@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{string_enum, Authenticated, Missing};
-use super::{BodyStream, Caller, Handled, Reply, Req};
+use super::handler::{number, ts_bound, BodyStream, Caller, Handled, Reply, Req};
+use super::openapi_parts::{string_enum, Authenticated, Missing};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::receipts::canonical::Receipt;
@@ -18,27 +18,6 @@ use crate::store::{self, Store};
 
 pub const EXPORT_MAX: u64 = 50_000;
 const EXPORT_DEFAULT: u64 = 10_000;
-
-/// RFC 3339 → the receipts' own `YYYY-MM-DD HH:MM:SS.mmm` UTC form, which sorts as text.
-pub(super) fn ts_bound(req: &Req, name: &str) -> Result<Option<String>, ApiError> {
-    let Some(v) = req.query(name) else { return Ok(None) };
-    let t = chrono::DateTime::parse_from_rfc3339(v).map_err(|_| {
-        ApiError::invalid(format!("query `{name}` must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z"))
-    })?;
-    Ok(Some(crate::receipts::receipt_ts(t.with_timezone(&chrono::Utc))))
-}
-
-pub(super) fn number(req: &Req, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
-    match req.query(name) {
-        None | Some("") => Ok(None),
-        Some(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .map(Some)
-            .ok_or_else(|| ApiError::invalid(format!("query `{name}` must be an integer from {min} to {max}"))),
-    }
-}
 
 fn filter(req: &Req) -> Result<Filter, ApiError> {
     let text = |n: &str| req.query(n).filter(|v| !v.is_empty()).map(str::to_string);

@@ -6,10 +6,11 @@ use std::time::Duration;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::openapi::string_enum;
-use super::{Handled, Reply};
+use super::handler::{Handled, Reply};
+use super::openapi_parts::string_enum;
 use crate::app::App;
 use crate::config::ProviderName;
+use crate::snapshot::Snapshot;
 
 /// `operational`, `degraded`, `outage`, or (a component only) `unconfigured`.
 struct Health;
@@ -54,51 +55,64 @@ pub(super) struct StatusReport {
 #[utoipa::path(get, path = "/status", operation_id = "getStatus", tag = "meta", security(()),
     responses((status = 200, description = "The overall status and each component's", body = StatusReport)))]
 pub async fn get(app: &App) -> Handled {
-    let mut components = Vec::new();
-    components.push(component(
-        "gateway",
-        "core",
-        "operational",
-        true,
-        format!("listening on {}; up {} s", app.config.listen.gateway, app.started.elapsed().as_secs()),
-    ));
+    let mut components = vec![gateway_component(app), database_component(app).await];
+    components.push(receipt_writer_component(app));
+    components.push(signer_component(app));
+    let snap = app.snapshot.load();
+    components.extend(provider_components(&snap));
+    components.extend(tool_server_components(&snap));
+    components.push(policies_component(app));
+    components.push(webhooks_component(app).await);
+    components.push(shared_state_component(app));
 
+    let overall = overall(&components);
+    let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    Ok(Reply::json(200, &StatusReport { status: overall, components, updated_at: updated }))
+}
+
+fn gateway_component(app: &App) -> Component {
+    let detail = format!("listening on {}; up {} s", app.config.listen.gateway, app.started.elapsed().as_secs());
+    component("gateway", "core", "operational", true, detail)
+}
+
+async fn database_component(app: &App) -> Component {
     let db = tokio::time::timeout(Duration::from_secs(2), app.store.ping()).await;
     let (db_status, db_detail) = match db {
         Ok(Ok(())) => ("operational", format!("{:?} reachable", app.store.backend()).to_lowercase()),
         Ok(Err(e)) => ("outage", format!("query failed: {}", short(&e.to_string()))),
         Err(_) => ("outage", "no answer within 2 s".to_string()),
     };
-    components.push(component("database", "core", db_status, true, db_detail));
+    component("database", "core", db_status, true, db_detail)
+}
 
+/// Degraded while a batch keeps failing, or while the journal's applier gets nothing into the
+/// database.
+fn receipt_writer_component(app: &App) -> Component {
     let w = &app.receipts.stats;
     let failing = w.failing.load(Ordering::Relaxed);
     let journal = w.journal.get();
     let applier_failing = journal.and_then(|j| j.failing_for());
-    components.push(component(
-        "receipt-writer",
-        "core",
-        if failing > 0 || applier_failing.is_some() { "degraded" } else { "operational" },
-        true,
-        format!(
-            "queue depth {}, lag {} ms, {} written since start{}{}",
-            w.depth.load(Ordering::Relaxed),
-            w.lag_ms.load(Ordering::Relaxed),
-            w.written.load(Ordering::Relaxed),
-            if failing > 0 { format!(", {failing} failed attempts on the current batch") } else { String::new() },
-            match (journal, applier_failing) {
-                (Some(j), Some(f)) => format!(
-                    "; journal: {} receipts waiting, the database has taken none for {} ms",
-                    j.pending(),
-                    f.as_millis()
-                ),
-                (Some(j), None) => format!("; journal: {} receipts waiting for the database", j.pending()),
-                (None, _) => String::new(),
-            }
-        ),
-    ));
+    let attempts =
+        if failing > 0 { format!(", {failing} failed attempts on the current batch") } else { String::new() };
+    let journal = match (journal, applier_failing) {
+        (Some(j), Some(f)) => {
+            format!("; journal: {} receipts waiting, the database has taken none for {} ms", j.pending(), f.as_millis())
+        }
+        (Some(j), None) => format!("; journal: {} receipts waiting for the database", j.pending()),
+        (None, _) => String::new(),
+    };
+    let detail = format!(
+        "queue depth {}, lag {} ms, {} written since start{attempts}{journal}",
+        w.depth.load(Ordering::Relaxed),
+        w.lag_ms.load(Ordering::Relaxed),
+        w.written.load(Ordering::Relaxed),
+    );
+    let status = if failing > 0 || applier_failing.is_some() { "degraded" } else { "operational" };
+    component("receipt-writer", "core", status, true, detail)
+}
 
-    // A real round trip through the key: sign a probe and verify it.
+/// A real round trip through the key: sign a probe and verify it.
+fn signer_component(app: &App) -> Component {
     let probe = b"tollgate status probe";
     let sig = {
         use base64::Engine;
@@ -106,31 +120,27 @@ pub async fn get(app: &App) -> Handled {
     };
     let signer_ok =
         crate::receipts::canonical::verify_signature(probe, &sig, &app.signer.signing_key().verifying_key().to_bytes());
-    components.push(component(
-        "signer",
-        "core",
-        if signer_ok { "operational" } else { "outage" },
-        true,
-        format!("ed25519 key {}", app.signer.key_id),
-    ));
+    let status = if signer_ok { "operational" } else { "outage" };
+    component("signer", "core", status, true, format!("ed25519 key {}", app.signer.key_id))
+}
 
-    let snap = app.snapshot.load();
+fn provider_components(snap: &Snapshot) -> Vec<Component> {
+    let mut components = Vec::new();
     for p in [ProviderName::OpenAi, ProviderName::Anthropic] {
         let creds: Vec<_> = snap.providers().filter(|(_, c)| c.provider == p).collect();
         let failing = creds.iter().filter(|(_, c)| c.status == "failing").count();
         let status = if failing > 0 { "degraded" } else { "operational" };
-        components.push(component(
-            p.as_str(),
-            "providers",
-            status,
-            false,
-            format!("{} credential(s) stored, {failing} failing their last test", creds.len()),
-        ));
+        let detail = format!("{} credential(s) stored, {failing} failing their last test", creds.len());
+        components.push(component(p.as_str(), "providers", status, false, detail));
     }
+    components
+}
 
-    // Each tool server by name only: no URL, no tenant (the page needs no key).
+/// Each tool server by name only: no URL, no tenant (the page needs no key).
+fn tool_server_components(snap: &Snapshot) -> Vec<Component> {
     let mut servers: Vec<_> = snap.tool_servers().collect();
     servers.sort_by(|a, b| (&a.name, &a.tenant_id).cmp(&(&b.name, &b.tenant_id)));
+    let mut components = Vec::new();
     for s in servers {
         let (calls, failures) = (s.state.calls.load(Ordering::Relaxed), s.state.failures.load(Ordering::Relaxed));
         let failing = s.state.last_failed.load(Ordering::Relaxed);
@@ -141,13 +151,7 @@ pub async fn get(app: &App) -> Handled {
         let status = if failing { "degraded" } else { "operational" };
         components.push(component(&format!("tool-server:{}", s.name), "tools", status, false, detail));
     }
-    components.push(policies_component(app));
-    components.push(webhooks_component(app).await);
-    components.push(shared_state_component(app));
-
-    let overall = overall(&components);
-    let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
-    Ok(Reply::json(200, &StatusReport { status: overall, components, updated_at: updated }))
+    components
 }
 
 /// A component that is switched off, not failing: it says so, but does not degrade the whole.
@@ -197,24 +201,8 @@ async fn webhooks_component(app: &App) -> Component {
     let stats = tokio::time::timeout(Duration::from_secs(2), crate::store::webhooks::stats(&app.store)).await;
     let s = match stats {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return component(
-                "webhooks",
-                "background",
-                "degraded",
-                false,
-                format!("outbox unreadable: {}", short(&e.to_string())),
-            )
-        }
-        Err(_) => {
-            return component(
-                "webhooks",
-                "background",
-                "degraded",
-                false,
-                "outbox unreadable: no answer within 2 s".into(),
-            )
-        }
+        Ok(Err(e)) => return webhooks_degraded(format!("outbox unreadable: {}", short(&e.to_string()))),
+        Err(_) => return webhooks_degraded("outbox unreadable: no answer within 2 s".into()),
     };
     if s.endpoints == 0 && s.pending == 0 {
         return component(
@@ -235,6 +223,10 @@ async fn webhooks_component(app: &App) -> Component {
         s.endpoints, s.pending, s.failing_endpoints, s.given_up
     );
     component("webhooks", "background", status, false, detail)
+}
+
+fn webhooks_degraded(detail: String) -> Component {
+    component("webhooks", "background", "degraded", false, detail)
 }
 
 /// Redis for several gateway processes: `unconfigured` in one process; `outage` while it does

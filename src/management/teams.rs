@@ -4,8 +4,9 @@
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Conflicting, Manager, Missing, PageQuery};
-use super::{page_limit, paginate, present, usd, Caller, Handled, Page, Reply, Req};
+use super::fields::{present, usd};
+use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{Authenticated, Conflicting, Manager, Missing, PageQuery};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
 use crate::store::teams::{self, Deleted, Saved, Team};

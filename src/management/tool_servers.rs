@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{string_enum, Authenticated, Conflicting, Manager, Missing};
-use super::{Caller, Handled, Reply, Req};
+use super::handler::{Caller, Handled, Reply, Req};
+use super::openapi_parts::{string_enum, Authenticated, Conflicting, Manager, Missing};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
 use crate::store::tool_servers::{self, ToolServerRow};

@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{Authenticated, Manager, Missing, PageQuery};
-use super::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
+use super::openapi_parts::{Authenticated, Manager, Missing, PageQuery};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::store::{self, webhooks::Endpoint};

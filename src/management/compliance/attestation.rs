@@ -7,14 +7,13 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::super::openapi::{Authenticated, Missing};
-use super::super::receipts::number;
-use super::super::{BodyStream, Caller, Handled, Reply, Req};
+use super::super::handler::{number, BodyStream, Caller, Handled, Reply, Req};
+use super::super::openapi_parts::{Authenticated, Missing};
 use crate::app::App;
 use crate::compliance::attestation::{self, Attestation, MERKLE_ALGORITHM};
 use crate::compliance::bundle::BundleWriter;
 use crate::compliance::memo::MemoKey;
-use crate::compliance::period::{self, PeriodSpec, DEFAULT_DAYS, MAX_DAYS};
+use crate::compliance::period::{self, Period, PeriodSpec, DEFAULT_DAYS, MAX_DAYS};
 use crate::compliance::{inclusion, DISCLAIMER, SCOPE};
 use crate::error::ApiError;
 use crate::receipts::merkle;
@@ -176,16 +175,7 @@ pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handl
     };
     let proof = inclusion::prove(&app.store, tenant, &period, seq).await?.ok_or_else(not_in_period)?;
     let root = merkle::to_hex(&proof.root);
-    let head = attestation::tree_head_bytes(tenant, period.from_seq, period.to_seq, proof.tree_size, &root);
-    let signed_tree_head = SignedTreeHead {
-        tenant_id: tenant,
-        from_seq: period.from_seq,
-        to_seq: period.to_seq,
-        leaf_count: proof.tree_size,
-        root: &root,
-        key_id: &app.signer.key_id,
-        signature: sign_b64(&app.signer, &head),
-    };
+    let signed_tree_head = signed_tree_head(&app.signer, tenant, &period, proof.tree_size, &root);
     let body = InclusionProof {
         receipt_id: &r.receipt.receipt_id,
         this_hash: &r.this_hash,
@@ -204,6 +194,26 @@ pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handl
     Ok(Reply::json(200, &body))
 }
 
+/// The signed head of the period's tree, which the inclusion proof leads up to.
+fn signed_tree_head<'a>(
+    signer: &'a Signer,
+    tenant: &'a str,
+    period: &Period,
+    tree_size: u64,
+    root: &'a str,
+) -> SignedTreeHead<'a> {
+    let head = attestation::tree_head_bytes(tenant, period.from_seq, period.to_seq, tree_size, root);
+    SignedTreeHead {
+        tenant_id: tenant,
+        from_seq: period.from_seq,
+        to_seq: period.to_seq,
+        leaf_count: tree_size,
+        root,
+        key_id: &signer.key_id,
+        signature: sign_b64(signer, &head),
+    }
+}
+
 fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(signer.sign(bytes))
@@ -215,7 +225,7 @@ fn sign_b64(signer: &Signer, bytes: &[u8]) -> String {
 /// and signature, the signing keys and the packs in force; `tollgate verify` checks it offline.
 #[utoipa::path(get, path = "/v1/compliance/evidence-bundle", operation_id = "getEvidenceBundle", tag = "compliance",
     params(PeriodQuery),
-    responses((status = 200, description = "The bundle, as a file attachment", body = super::super::openapi::Object,
+    responses((status = 200, description = "The bundle, as a file attachment", body = super::super::openapi_parts::Object,
             headers(("content-disposition" = String, description = "attachment; filename=\"evidence-bundle-seq-F-T.json\""))),
         Authenticated))]
 pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {

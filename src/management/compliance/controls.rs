@@ -4,9 +4,9 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::super::openapi::{Authenticated, Missing};
+use super::super::handler::{Caller, Handled, Reply, Req};
+use super::super::openapi_parts::{Authenticated, Missing};
 use super::super::receipts::verified;
-use super::super::{Caller, Handled, Reply, Req};
 use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, KEY, RECEIPT};
 use crate::compliance::{pack_sets, DISCLAIMER, SCOPE};

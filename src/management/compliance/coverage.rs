@@ -1,17 +1,20 @@
 //! `GET /v1/compliance/coverage/{framework}` (the pack as a coverage map) and
 //! `.../controls/{controlId}/receipts` (the receipts whose checks prove one control).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::super::openapi::{Authenticated, Missing};
-use super::super::receipts::{list_entry, number, ReceiptEntry};
-use super::super::{Caller, Handled, Reply, Req};
+use super::super::handler::{number, Caller, Handled, Reply, Req};
+use super::super::openapi_parts::{Authenticated, Missing};
+use super::super::receipts::{list_entry, ReceiptEntry};
 use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
 use crate::store;
+use crate::store::receipts::StoredReceipt;
 
 /// The seed's coverage map of one pack. `disclaimer` is the pack's own legal-posture text (the
 /// baseline packs carry the project's); a tenant pack with other text also gets the project's
@@ -54,13 +57,23 @@ impl<'a> CoverageMap<'a> {
     }
 }
 
+/// A pack for the coverage endpoints: the tenant's set in force, or 404 naming the framework.
+fn in_force(app: &App, tenant: &str, framework: &str) -> Result<Arc<Pack>, ApiError> {
+    app.snapshot.load().packs(tenant).get(framework).cloned().ok_or_else(|| {
+        ApiError::new(
+            ErrorKind::NotFound,
+            format!("no compliance pack for framework `{framework}`; GET /v1/compliance/packs lists those in force"),
+        )
+    })
+}
+
 /// A pack as a coverage map
 #[utoipa::path(get, path = "/v1/compliance/coverage/{framework}", operation_id = "getCoverage", tag = "compliance",
     params(("framework" = String, Path, description = "e.g. `eu-ai-act`")),
     responses((status = 200, description = "The pack in force for the framework, control by control", body = CoverageMap),
         Missing, Authenticated))]
 pub async fn coverage(app: &App, caller: &Caller, framework: &str) -> Handled {
-    let pack = super::packs::in_force(app, caller.tenant(), framework)?;
+    let pack = in_force(app, caller.tenant(), framework)?;
     Ok(Reply::json(200, &CoverageMap::of(&pack)))
 }
 
@@ -99,7 +112,7 @@ pub(in super::super) struct ControlReceipts<'a> {
         Authenticated))]
 pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, control_id: &str, req: &Req) -> Handled {
     let tenant = caller.tenant();
-    let pack = super::packs::in_force(app, tenant, framework)?;
+    let pack = in_force(app, tenant, framework)?;
     let control = pack.control(control_id).ok_or_else(|| {
         ApiError::new(ErrorKind::NotFound, format!("no control `{control_id}` in the `{framework}` pack in force"))
     })?;
@@ -107,26 +120,11 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
     let cursor = number(req, "cursor", 1, u64::MAX >> 11)?;
     // RECEIPT and KEY hold for every receipt; an external control has no receipt evidence.
     let every = control.proven_by.iter().any(|n| n == RECEIPT || n == KEY);
-    let mut rows = if control.coverage == Coverage::External {
-        Vec::new()
-    } else if every {
-        let all = store::receipts::Filter::default();
-        store::receipts::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
-    } else {
-        store::receipts::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
-    };
+    let mut rows = proving_receipts(app, tenant, control, every, cursor, limit).await?;
     let more = rows.len() as u64 > limit;
     rows.truncate(limit as usize);
     let next = if more { rows.last().map(|r| r.receipt.seq) } else { None };
-    let note = match (control.coverage, every) {
-        (Coverage::External, _) => {
-            Some("external control: no receipt proves it; the evidence lies outside the gateway")
-        }
-        (_, true) => {
-            Some("proven by RECEIPT or KEY, which every receipt proves: all of the tenant's receipts are listed")
-        }
-        _ => None,
-    };
+    let note = note(control.coverage, every);
     let control = ControlRef {
         id: &control.id,
         title: &control.title,
@@ -144,4 +142,36 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
         disclaimer: DISCLAIMER,
     };
     Ok(Reply::json(200, &body))
+}
+
+/// Why a list shows no receipts, or all of them.
+fn note(coverage: Coverage, every: bool) -> Option<&'static str> {
+    match (coverage, every) {
+        (Coverage::External, _) => {
+            Some("external control: no receipt proves it; the evidence lies outside the gateway")
+        }
+        (_, true) => {
+            Some("proven by RECEIPT or KEY, which every receipt proves: all of the tenant's receipts are listed")
+        }
+        _ => None,
+    }
+}
+
+/// Up to `limit + 1` receipts from `cursor` on that prove `control` (`every`: all of them).
+async fn proving_receipts(
+    app: &App,
+    tenant: &str,
+    control: &Control,
+    every: bool,
+    cursor: Option<u64>,
+    limit: u64,
+) -> Result<Vec<StoredReceipt>, ApiError> {
+    Ok(if control.coverage == Coverage::External {
+        Vec::new()
+    } else if every {
+        let all = store::receipts::Filter::default();
+        store::receipts::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
+    } else {
+        store::receipts::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
+    })
 }

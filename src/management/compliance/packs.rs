@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::super::openapi::{Authenticated, Conflicting, Manager, Missing};
-use super::super::{Caller, Handled, Reply, Req};
+use super::super::handler::{Caller, Handled, Reply, Req};
+use super::super::openapi_parts::{Authenticated, Conflicting, Manager, Missing};
 use super::coverage::CoverageMap;
 use crate::app::App;
 use crate::compliance::pack::{self, Pack, PackSet, PackSummary, Source};
@@ -135,14 +135,4 @@ async fn reload(app: &App, tenant: &str) -> Result<String, ApiError> {
     let set = snap.packs(tenant);
     pack_sets::record(&app.store, tenant, set).await?;
     Ok(set.version.clone())
-}
-
-/// A pack for the coverage endpoints: the tenant's set in force, or 404 naming the framework.
-pub fn in_force(app: &App, tenant: &str, framework: &str) -> Result<Arc<Pack>, ApiError> {
-    app.snapshot.load().packs(tenant).get(framework).cloned().ok_or_else(|| {
-        ApiError::new(
-            ErrorKind::NotFound,
-            format!("no compliance pack for framework `{framework}`; GET /v1/compliance/packs lists those in force"),
-        )
-    })
 }

@@ -1,0 +1,175 @@
+//! The management listener: a Pingora HTTP app in the gateway's process. It reads a request,
+//! finds its route in [`routes`], and writes the handler's answer.
+//!
+//! Authentication and tenant scoping happen once, in [`ManagementApp::dispatch`]: every handler
+//! receives the caller's [`Caller`] and only ever queries with its tenant id, so another
+//! tenant's ids simply are not found (404, never 403).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+
+use super::answer::answer;
+use super::handler::{Caller, Handled, Req};
+use super::nul;
+use super::routes::{self, Call, Found, Serve};
+use crate::app::App;
+use crate::error::{ApiError, ErrorKind};
+
+pub struct ManagementApp {
+    app: Arc<App>,
+}
+
+impl ManagementApp {
+    pub fn new(app: Arc<App>) -> Self {
+        ManagementApp { app }
+    }
+}
+
+fn parse_query(q: Option<&str>) -> Vec<(String, String)> {
+    let Some(q) = q else { return Vec::new() };
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+/// A query component: `+` is a space, `%XX` a byte (a malformed `%` stays as it is).
+pub fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
+}
+
+fn bearer(session: &ServerSession) -> Option<String> {
+    let v = session.req_header().headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+}
+
+async fn read_body(session: &mut ServerSession, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let mut buf = BytesMut::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > limit {
+                    return Err(ApiError::new(
+                        ErrorKind::PayloadTooLarge,
+                        format!("request body exceeds the limit of {limit} bytes"),
+                    ));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(buf.freeze()),
+            Err(_) => return Err(ApiError::invalid("could not read the request body")),
+        }
+    }
+}
+
+fn method_not_allowed() -> ApiError {
+    ApiError::new(ErrorKind::MethodNotAllowed, "method not allowed on this path")
+}
+
+impl ManagementApp {
+    async fn dispatch(&self, session: &mut ServerSession) -> Handled {
+        let header = session.req_header();
+        let method = header.method.clone();
+        let path = header.uri.path().to_string();
+        let query = parse_query(header.uri.query());
+        let segments: Vec<String> =
+            path.trim_matches('/').split('/').filter(|s| !s.is_empty()).map(percent_decode).collect();
+
+        // Only `/v1/...` needs a key; anything else is public (`/status`, `/openapi.json`) or
+        // unknown. An unknown `/v1` path still answers 401 first: no route oracle without a key.
+        if segments.first().map(String::as_str) != Some("v1") {
+            return self.public(method.as_str(), &path, &segments).await;
+        }
+        let caller = self.authenticate(session)?;
+        let body = read_body(session, self.app.config.limits.management_max_body_bytes).await?;
+        nul::check_request(&segments, &query)?;
+        let req = Req { method, segments, query, body };
+        self.route(&caller, &req).await
+    }
+
+    /// A path outside `/v1`: served without a key when the table has it, else 404.
+    async fn public(&self, method: &str, path: &str, segments: &[String]) -> Handled {
+        let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+        match routes::find(method, &segs) {
+            Found::Route(r, _) => match r.serve {
+                Serve::Public(handler) => handler(&self.app).await,
+                Serve::Keyed(_) => Err(ApiError::not_found(&format!("route {path}"))),
+            },
+            Found::MethodNotAllowed => Err(method_not_allowed()),
+            Found::NotFound => Err(ApiError::not_found(&format!("route {path}"))),
+        }
+    }
+
+    /// The caller behind the request's bearer key (touched as used), or 401.
+    fn authenticate(&self, session: &ServerSession) -> Result<Caller, ApiError> {
+        let snap = self.app.snapshot.load();
+        let presented = bearer(session).ok_or_else(ApiError::unauthorized)?;
+        let key = snap.key(&presented).cloned().ok_or_else(ApiError::unauthorized)?;
+        key.touch();
+        Ok(Caller { key, presented: crate::secrets::Secret::new(presented) })
+    }
+
+    /// A `/v1` request of an authenticated caller, to the handler its route names.
+    async fn route(&self, caller: &Caller, req: &Req) -> Handled {
+        let segs = req.seg();
+        let not_found = || ApiError::not_found(&format!("route /{}", req.segments.join("/")));
+        match routes::find(req.method.as_str(), &segs) {
+            Found::Route(r, params) => match r.serve {
+                Serve::Keyed(handler) => handler(Call { app: &self.app, caller, req, params }).await,
+                Serve::Public(_) => Err(not_found()),
+            },
+            Found::MethodNotAllowed => Err(method_not_allowed()),
+            Found::NotFound => Err(not_found()),
+        }
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for ManagementApp {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut http: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        match http.read_request().await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                log::debug!("management: cannot read request: {e}");
+                return None;
+            }
+        }
+        http.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
+        let reply = self.dispatch(&mut http).await;
+        if !answer(&mut http, reply).await {
+            return None;
+        }
+        let settings = HttpPersistentSettings::for_session(&http);
+        match http.finish().await {
+            Ok(stream) => stream.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
+            Err(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("eu-ai-act%3Aart-12"), "eu-ai-act:art-12");
+        assert_eq!(percent_decode("a+b%20c"), "a b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}
