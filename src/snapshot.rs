@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 
 use crate::checks::budget::BudgetBook;
 use crate::checks::policy::files::PolicyFiles;
@@ -106,17 +105,12 @@ pub struct Snapshot {
     tool_servers: HashMap<String, HashMap<String, Arc<ToolServer>>>,
 }
 
-/// SHA-256 of a presented key: how keys are stored and looked up.
-pub fn key_digest(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
 impl Snapshot {
     pub fn key(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
         if !secret.starts_with(crate::keys::PREFIX) {
             return None;
         }
-        self.keys.get(&key_digest(secret))
+        self.keys.get(&crate::keys::key_digest(secret))
     }
 
     pub fn provider(&self, tenant_id: &str, p: ProviderName) -> Option<&Arc<ProviderCred>> {
