@@ -395,6 +395,7 @@ mod tests {
     use crate::compliance::memo::MemoKey;
     use crate::receipts::canonical::{seal, Check, Receipt, GENESIS};
     use crate::receipts::signer::Signer;
+    use std::collections::HashMap;
 
     fn registry(s: &Signer) -> Vec<RegisteredKey> {
         vec![RegisteredKey {

@@ -14,7 +14,7 @@
 //! the store back as soon as it answers, and rebuilds budget spend from the database when Redis
 //! lost it.
 
-mod admit;
+pub(crate) mod admit;
 mod allowance;
 mod cluster;
 mod metrics;
