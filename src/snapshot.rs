@@ -302,14 +302,17 @@ fn key_entries(old: &Snapshot, key_rows: Vec<KeyRecord>) -> HashMap<[u8; 32], Ar
     keys
 }
 
+/// Compiled policies per tenant, in evaluation order.
+type PerTenant = HashMap<String, Vec<Arc<CompiledPolicy>>>;
+
 /// The enabled API policies compiled (reused when their YAML did not change), by id and per
 /// tenant. Rows come ordered by tenant, then id (creation order): the evaluation order.
 fn api_policies(
     old: &Snapshot,
     policy_rows: Vec<store::policies::PolicyRecord>,
-) -> (HashMap<String, Arc<CompiledPolicy>>, HashMap<String, Vec<Arc<CompiledPolicy>>>) {
+) -> (HashMap<String, Arc<CompiledPolicy>>, PerTenant) {
     let mut api_policies = HashMap::with_capacity(policy_rows.len());
-    let mut by_tenant: HashMap<String, Vec<Arc<CompiledPolicy>>> = HashMap::new();
+    let mut by_tenant: PerTenant = HashMap::new();
     for row in policy_rows {
         let reused = old.api_policies.get(&row.id).filter(|c| c.yaml() == row.yaml).cloned();
         let compiled = match reused {

@@ -1,6 +1,6 @@
 //! The checks, one file each, and the one table that orders them (docs/architecture.md, "Checks").
 //!
-//! Order matters and is written down only here, in [`ORDER`]: cheap refusals first (allowlist,
+//! Order matters and is written down only in [`ORDER`] (`order.rs`, a leaf): cheap refusals first (allowlist,
 //! policy), then the counters that reserve (rate limit, budget), then guardrails (which may
 //! rewrite the request), then the cache (keyed on the request as it will really be sent). Key
 //! authentication runs before all of them in the gateway: without a key there is no tenant.

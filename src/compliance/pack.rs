@@ -230,7 +230,7 @@ fn validate_control(
     let nth = doc.controls[..i].iter().filter(|o| o.id == c.id).count();
     let at = find(raw, &format!(r#"(?:^|[\s{{,-])(id\s*:\s*["']?{}["']?)"#, regex::escape(&c.id)), nth);
     let bad = |field: &str, reason: &str| located(origin, at, &format!("controls[{i}].{field}"), reason);
-    let local = c.id.strip_prefix(&prefix).unwrap_or("");
+    let local = c.id.strip_prefix(prefix).unwrap_or("");
     if local.is_empty() || c.id.len() > 128 || c.id.chars().any(|ch| ch.is_whitespace() || ch == '/') {
         return Err(bad(
             "id",
