@@ -1,8 +1,15 @@
 //! Virtual key secrets: `tollgate_sk_` + 43 base62 characters (~256 bits of entropy).
 
+use sha2::{Digest, Sha256};
+
 pub const PREFIX: &str = "tollgate_sk_";
 const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const BODY_LEN: usize = 43;
+
+/// SHA-256 of a presented key: how keys are stored and looked up.
+pub fn key_digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
 
 pub struct NewSecret {
     pub secret: String,
@@ -24,7 +31,7 @@ pub fn generate() -> NewSecret {
         }
     }
     let secret = format!("{PREFIX}{body}");
-    let hash_hex = hex::encode(crate::snapshot::key_digest(&secret));
+    let hash_hex = hex::encode(key_digest(&secret));
     let hint = body[BODY_LEN - 4..].to_string();
     NewSecret { secret, hash_hex, hint }
 }

@@ -187,7 +187,13 @@ fn add_background(server: &mut Server, app: Arc<App>) {
     if app.config.storage.chain_audit_seconds > 0 {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
-    server.add_service(background_service("webhook sender", crate::webhooks::Sender { app: app.clone() }));
+    let webhooks = crate::webhooks::Sender::new(
+        app.config.webhooks.clone(),
+        app.store.clone(),
+        app.master.clone(),
+        app.upstream.clone(),
+    );
+    server.add_service(background_service("webhook sender", webhooks));
     if app.store.backend() == store::Backend::Postgres {
         server.add_service(background_service("change notices", crate::notices::Listener { app: app.clone() }));
     }

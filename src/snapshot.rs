@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 
 use crate::checks::budget::BudgetBook;
 use crate::checks::policy::files::PolicyFiles;
@@ -86,17 +85,12 @@ pub struct Snapshot {
     tool_servers: HashMap<String, HashMap<String, Arc<ToolServer>>>,
 }
 
-/// SHA-256 of a presented key: how keys are stored and looked up.
-pub fn key_digest(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
 impl Snapshot {
     pub fn key(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
         if !secret.starts_with(crate::keys::PREFIX) {
             return None;
         }
-        self.keys.get(&key_digest(secret))
+        self.keys.get(&crate::keys::key_digest(secret))
     }
 
     pub fn provider(&self, tenant_id: &str, p: ProviderName) -> Option<&Arc<ProviderCred>> {
@@ -236,15 +230,7 @@ impl SnapshotHandle {
         let budgets = Arc::new(BudgetBook::build(&budget_rows, &key_rows, &team_rows));
         let teams = team_rows.into_iter().map(|t| (t.id, t.name)).collect();
 
-        let mut keys = HashMap::with_capacity(key_rows.len());
-        let old_state: HashMap<&str, &Arc<KeyState>> =
-            old.keys.values().map(|k| (k.record.id.as_str(), &k.state)).collect();
-        for rec in key_rows {
-            let Ok(raw) = hex::decode(&rec.key_hash) else { continue };
-            let Ok(digest) = <[u8; 32]>::try_from(raw.as_slice()) else { continue };
-            let state = old_state.get(rec.id.as_str()).map(|s| Arc::clone(s)).unwrap_or_default();
-            keys.insert(digest, Arc::new(KeyEntry::new(rec, state)));
-        }
+        let keys = key_entries(&old, key_rows);
 
         let mut providers = HashMap::new();
         for row in cred_rows {
@@ -256,27 +242,7 @@ impl SnapshotHandle {
                 Err(e) => log::error!("provider {} of tenant {}: {e}", row.provider, row.tenant_id),
             }
         }
-        // Rows come ordered by tenant, then id (creation order): the evaluation order.
-        let mut api_policies = HashMap::with_capacity(policy_rows.len());
-        let mut by_tenant: HashMap<String, Vec<Arc<CompiledPolicy>>> = HashMap::new();
-        for row in policy_rows {
-            let reused = old.api_policies.get(&row.id).filter(|c| c.yaml() == row.yaml).cloned();
-            let compiled = match reused {
-                Some(c) => c,
-                None => match validate::parse_api(&row.yaml)
-                    .and_then(|doc| CompiledPolicy::compile(&row.id, &row.yaml, doc))
-                {
-                    Ok(c) => Arc::new(c),
-                    Err(e) => {
-                        // Only possible for rows written around the API (validation on write).
-                        log::error!("policy {} of tenant {} is not in force: {e}", row.id, row.tenant_id);
-                        continue;
-                    }
-                },
-            };
-            by_tenant.entry(row.tenant_id).or_default().push(compiled.clone());
-            api_policies.insert(row.id, compiled);
-        }
+        let (api_policies, by_tenant) = api_policies(&old, policy_rows);
         let files = self.files.current().compiled();
         let policies = crate::checks::policy::compiled::build_all(&tenants, &by_tenant, &files, &old.policies);
         let tenant_names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
@@ -300,6 +266,52 @@ impl SnapshotHandle {
         self.current.store(Arc::new(next));
         Ok(())
     }
+}
+
+/// The active keys by digest; a key's counters carry over from the snapshot before.
+fn key_entries(old: &Snapshot, key_rows: Vec<KeyRecord>) -> HashMap<[u8; 32], Arc<KeyEntry>> {
+    let mut keys = HashMap::with_capacity(key_rows.len());
+    let old_state: HashMap<&str, &Arc<KeyState>> =
+        old.keys.values().map(|k| (k.record.id.as_str(), &k.state)).collect();
+    for rec in key_rows {
+        let Ok(raw) = hex::decode(&rec.key_hash) else { continue };
+        let Ok(digest) = <[u8; 32]>::try_from(raw.as_slice()) else { continue };
+        let state = old_state.get(rec.id.as_str()).map(|s| Arc::clone(s)).unwrap_or_default();
+        keys.insert(digest, Arc::new(KeyEntry::new(rec, state)));
+    }
+    keys
+}
+
+/// Compiled policies per tenant, in evaluation order.
+type PerTenant = HashMap<String, Vec<Arc<CompiledPolicy>>>;
+
+/// The enabled API policies compiled (reused when their YAML did not change), by id and per
+/// tenant. Rows come ordered by tenant, then id (creation order): the evaluation order.
+fn api_policies(
+    old: &Snapshot,
+    policy_rows: Vec<store::policies::PolicyRecord>,
+) -> (HashMap<String, Arc<CompiledPolicy>>, PerTenant) {
+    let mut api_policies = HashMap::with_capacity(policy_rows.len());
+    let mut by_tenant: PerTenant = HashMap::new();
+    for row in policy_rows {
+        let reused = old.api_policies.get(&row.id).filter(|c| c.yaml() == row.yaml).cloned();
+        let compiled = match reused {
+            Some(c) => c,
+            None => {
+                match validate::parse_api(&row.yaml).and_then(|doc| CompiledPolicy::compile(&row.id, &row.yaml, doc)) {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        // Only possible for rows written around the API (validation on write).
+                        log::error!("policy {} of tenant {} is not in force: {e}", row.id, row.tenant_id);
+                        continue;
+                    }
+                }
+            }
+        };
+        by_tenant.entry(row.tenant_id).or_default().push(compiled.clone());
+        api_policies.insert(row.id, compiled);
+    }
+    (api_policies, by_tenant)
 }
 
 /// Each tenant's tool servers: config entries first, then registrations (a registration never

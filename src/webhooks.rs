@@ -19,11 +19,12 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use sha2::Sha256;
 
-use crate::app::App;
 use crate::config::WebhooksSection;
 use crate::metrics::METRICS;
+use crate::secrets::at_rest::MasterKey;
 use crate::store::webhooks::{self as outbox, Claimed, Outcome};
-use crate::upstream::BaseUrl;
+use crate::store::Store;
+use crate::upstream::{BaseUrl, UpstreamClient};
 
 /// Every event type an endpoint can subscribe to.
 pub const EVENTS: [&str; 10] = [
@@ -192,14 +193,26 @@ fn random_unit() -> f64 {
 const BATCH: i64 = 32;
 
 /// The background sender.
-pub struct Sender {
-    pub app: Arc<App>,
+pub struct Sender(Arc<Outbox>);
+
+/// What delivering needs: the outbox's rows, the key that opens endpoint secrets, a client.
+struct Outbox {
+    cfg: WebhooksSection,
+    store: Store,
+    master: Arc<MasterKey>,
+    upstream: Arc<UpstreamClient>,
+}
+
+impl Sender {
+    pub fn new(cfg: WebhooksSection, store: Store, master: Arc<MasterKey>, upstream: Arc<UpstreamClient>) -> Sender {
+        Sender(Arc::new(Outbox { cfg, store, master, upstream }))
+    }
 }
 
 #[async_trait]
 impl BackgroundService for Sender {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let poll = Duration::from_millis(self.app.config.webhooks.poll_ms.max(10));
+        let poll = Duration::from_millis(self.0.cfg.poll_ms.max(10));
         loop {
             let claimed = self.pass().await;
             if claimed < BATCH as usize {
@@ -217,11 +230,11 @@ impl BackgroundService for Sender {
 impl Sender {
     /// One claim and its deliveries, concurrently; returns how many rows it claimed.
     async fn pass(&self) -> usize {
-        let cfg = &self.app.config.webhooks;
+        let cfg = &self.0.cfg;
         let now = chrono::Utc::now().timestamp_millis();
         // The lease outlives the attempt (its timeout plus the outcome's write) by a margin.
         let lease = now + (cfg.timeout_ms as i64) * 2 + 30_000;
-        let rows = match outbox::claim(&self.app.store, now, lease, BATCH).await {
+        let rows = match outbox::claim(&self.0.store, now, lease, BATCH).await {
             Ok(rows) => rows,
             Err(e) => {
                 log::warn!("webhook sender: claiming due deliveries failed (retried): {e}");
@@ -231,8 +244,8 @@ impl Sender {
         let n = rows.len();
         let mut set = tokio::task::JoinSet::new();
         for row in rows {
-            let app = self.app.clone();
-            set.spawn(async move { deliver(&app, row).await });
+            let out = self.0.clone();
+            set.spawn(async move { deliver(&out, row).await });
         }
         while set.join_next().await.is_some() {}
         n
@@ -240,9 +253,9 @@ impl Sender {
 }
 
 /// One attempt of one row, and its outcome recorded.
-async fn deliver(app: &App, row: Claimed) {
-    let cfg = &app.config.webhooks;
-    let target = match outbox::target(&app.store, &row.endpoint_id).await {
+async fn deliver(out: &Outbox, row: Claimed) {
+    let cfg = &out.cfg;
+    let target = match outbox::target(&out.store, &row.endpoint_id).await {
         Ok(Some(t)) => t,
         // Deleted meanwhile (its rows went with it): nothing to send, nothing to record.
         Ok(None) => return,
@@ -251,7 +264,7 @@ async fn deliver(app: &App, row: Claimed) {
             return;
         }
     };
-    let result = attempt(app, &row, &target).await;
+    let result = attempt(out, &row, &target).await;
     let outcome = match result {
         Ok(status) if (200..300).contains(&status) => Outcome::Delivered { status },
         other => {
@@ -287,18 +300,18 @@ async fn deliver(app: &App, row: Claimed) {
         Outcome::GaveUp { .. } => "given_up",
     };
     METRICS.webhook_deliveries.with_label_values(&[label]).inc();
-    if let Err(e) = outbox::finish(&app.store, &row.event_id, &row.endpoint_id, outcome).await {
+    if let Err(e) = outbox::finish(&out.store, &row.event_id, &row.endpoint_id, outcome).await {
         // The lease runs out and the row is attempted again: at least once, never lost.
         log::warn!("webhook sender: recording the outcome of {} failed: {e}", row.event_id);
     }
 }
 
 /// POSTs the row; the answer's status, or why there was none. Never logs the secret.
-async fn attempt(app: &App, row: &Claimed, target: &outbox::Target) -> Result<i64, String> {
-    let cfg = &app.config.webhooks;
+async fn attempt(out: &Outbox, row: &Claimed, target: &outbox::Target) -> Result<i64, String> {
+    let cfg = &out.cfg;
     let url = parse_url(&target.url)?;
     check_host(&url.base.host, url.base.port, cfg.allow_private_urls, true).await?;
-    let key = app
+    let key = out
         .master
         .open(&target.secret_sealed, &seal_context(&target.tenant_id, &row.endpoint_id))
         .map_err(|e| e.to_string())?;
@@ -314,7 +327,7 @@ async fn attempt(app: &App, row: &Claimed, target: &outbox::Target) -> Result<i6
     let body = Bytes::from(row.payload.clone());
     let call = async {
         let mut resp =
-            app.upstream.send(&url.base, "POST", &url.target, &headers, body).await.map_err(|e| e.to_string())?;
+            out.upstream.send(&url.base, "POST", &url.target, &headers, body).await.map_err(|e| e.to_string())?;
         let status = resp.header().status.as_u16();
         // The answer's body is not used; read a little so the connection can be reused.
         let _ = resp.read_all(64 << 10).await;

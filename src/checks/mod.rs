@@ -1,6 +1,6 @@
 //! The checks, one file each, and the one table that orders them (docs/architecture.md, "Checks").
 //!
-//! Order matters and is written down only here, in [`ORDER`]: cheap refusals first (allowlist,
+//! Order matters and is written down only in [`ORDER`] (`order.rs`, a leaf): cheap refusals first (allowlist,
 //! policy), then the counters that reserve (rate limit, budget), then guardrails (which may
 //! rewrite the request), then the cache (keyed on the request as it will really be sent). Key
 //! authentication runs before all of them in the gateway: without a key there is no tenant.
@@ -10,10 +10,13 @@ pub mod allowlist;
 pub mod budget;
 pub mod cache;
 pub mod guardrail;
+mod order;
 pub mod pipeline;
 pub mod policy;
 pub mod rate_limit;
 pub mod shared;
+
+pub use order::ORDER;
 
 use std::sync::Arc;
 
@@ -22,16 +25,6 @@ use crate::checks::cache::AnswerCache;
 use crate::checks::pipeline::Check;
 use crate::checks::shared::Cluster;
 use crate::receipts::CheckName;
-
-/// The checks in the order they run.
-pub const ORDER: [CheckName; 6] = [
-    CheckName::Allowlist,
-    CheckName::Policy,
-    CheckName::RateLimit,
-    CheckName::Budget,
-    CheckName::Guardrail,
-    CheckName::Cache,
-];
 
 /// The checks, built in [`ORDER`] over the long-lived state they keep (spend, cached answers).
 /// With `shared` (several processes, `cluster`), the counters and the cache live in Redis.

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::walk::KeyRing;
+use super::key_ring::KeyRing;
 use crate::receipts::merkle::Hash;
 use crate::secrets::at_rest::MasterKey;
 use crate::store::receipts::StoredReceipt;

@@ -8,6 +8,7 @@ pub mod attestation;
 pub mod auditor;
 pub mod bundle;
 pub mod inclusion;
+pub mod key_ring;
 pub mod memo;
 pub mod pack;
 pub mod pack_sets;

@@ -212,49 +212,62 @@ fn validate(doc: &PackDoc, raw: &str, origin: Origin) -> Result<(), String> {
     }
     let prefix = format!("{}:", doc.framework);
     for (i, c) in doc.controls.iter().enumerate() {
-        // The control is located by its id: the n-th occurrence of `id: <value>`.
-        let nth = doc.controls[..i].iter().filter(|o| o.id == c.id).count();
-        let at = find(raw, &format!(r#"(?:^|[\s{{,-])(id\s*:\s*["']?{}["']?)"#, regex::escape(&c.id)), nth);
-        let bad = |field: &str, reason: &str| located(origin, at, &format!("controls[{i}].{field}"), reason);
-        let local = c.id.strip_prefix(&prefix).unwrap_or("");
-        if local.is_empty() || c.id.len() > 128 || c.id.chars().any(|ch| ch.is_whitespace() || ch == '/') {
+        validate_control(doc, i, c, &prefix, raw, origin)?;
+    }
+    Ok(())
+}
+
+/// Control `i` of `doc` (`c`), whose ids must start with `prefix`.
+fn validate_control(
+    doc: &PackDoc,
+    i: usize,
+    c: &Control,
+    prefix: &str,
+    raw: &str,
+    origin: Origin,
+) -> Result<(), String> {
+    // The control is located by its id: the n-th occurrence of `id: <value>`.
+    let nth = doc.controls[..i].iter().filter(|o| o.id == c.id).count();
+    let at = find(raw, &format!(r#"(?:^|[\s{{,-])(id\s*:\s*["']?{}["']?)"#, regex::escape(&c.id)), nth);
+    let bad = |field: &str, reason: &str| located(origin, at, &format!("controls[{i}].{field}"), reason);
+    let local = c.id.strip_prefix(prefix).unwrap_or("");
+    if local.is_empty() || c.id.len() > 128 || c.id.chars().any(|ch| ch.is_whitespace() || ch == '/') {
+        return Err(bad(
+            "id",
+            &format!(
+                "must have the shape `{prefix}<control>` (at most 128 characters, no spaces or `/`); got `{}`",
+                c.id
+            ),
+        ));
+    }
+    if let Some(first) = doc.controls[..i].iter().position(|o| o.id == c.id) {
+        return Err(bad("id", &format!("duplicate control id `{}` (controls[{first}] has it too)", c.id)));
+    }
+    if c.title.trim().is_empty() {
+        return Err(bad("title", "must not be empty"));
+    }
+    for (j, name) in c.proven_by.iter().enumerate() {
+        if !known_proof(name) {
             return Err(bad(
-                "id",
+                &format!("provenBy[{j}]"),
                 &format!(
-                    "must have the shape `{prefix}<control>` (at most 128 characters, no spaces or `/`); got `{}`",
-                    c.id
+                    "unknown check name `{name}`; use one of {}, {RECEIPT}, {KEY}",
+                    CHECK_ORDER.map(CheckName::as_str).join(", ")
                 ),
             ));
         }
-        if let Some(first) = doc.controls[..i].iter().position(|o| o.id == c.id) {
-            return Err(bad("id", &format!("duplicate control id `{}` (controls[{first}] has it too)", c.id)));
+        if c.proven_by[..j].contains(name) {
+            return Err(bad(&format!("provenBy[{j}]"), &format!("`{name}` is listed twice")));
         }
-        if c.title.trim().is_empty() {
-            return Err(bad("title", "must not be empty"));
+    }
+    match (c.coverage, c.proven_by.is_empty()) {
+        (Coverage::External, false) => {
+            return Err(bad("provenBy", "must be empty for an `external` control (no receipt proves it)"))
         }
-        for (j, name) in c.proven_by.iter().enumerate() {
-            if !known_proof(name) {
-                return Err(bad(
-                    &format!("provenBy[{j}]"),
-                    &format!(
-                        "unknown check name `{name}`; use one of {}, {RECEIPT}, {KEY}",
-                        CHECK_ORDER.map(CheckName::as_str).join(", ")
-                    ),
-                ));
-            }
-            if c.proven_by[..j].contains(name) {
-                return Err(bad(&format!("provenBy[{j}]"), &format!("`{name}` is listed twice")));
-            }
+        (Coverage::Enforced | Coverage::Partial, true) => {
+            return Err(bad("provenBy", "must name at least one check for an `enforced` or `partial` control"))
         }
-        match (c.coverage, c.proven_by.is_empty()) {
-            (Coverage::External, false) => {
-                return Err(bad("provenBy", "must be empty for an `external` control (no receipt proves it)"))
-            }
-            (Coverage::Enforced | Coverage::Partial, true) => {
-                return Err(bad("provenBy", "must name at least one check for an `enforced` or `partial` control"))
-            }
-            _ => {}
-        }
+        _ => {}
     }
     Ok(())
 }

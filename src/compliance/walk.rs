@@ -6,16 +6,16 @@
 //! page by page. With a verified-span memo (`memo.rs`) a vouched-for block skips Ed25519 only;
 //! hashes and links are always recomputed.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
+pub use super::key_ring::KeyRing;
 use super::memo::{Span, SpanMemo};
 use crate::checks::ORDER;
 use crate::receipts::merkle::{self, Hash, RootBuilder};
-use crate::receipts::signer::{self, RegisteredKey};
+use crate::receipts::signer::RegisteredKey;
 use crate::receipts::{canonical, CheckName, CheckResult, Severity, Term, UpstreamStatus};
 use crate::store::receipts::StoredReceipt;
 
@@ -33,54 +33,6 @@ pub const CHECK_ORDER: [CheckName; ORDER.len() + 1] = {
 /// Results that stopped a request: each receipt holding one is an enforcement action.
 pub fn is_enforcement(result: &Term<CheckResult>) -> bool {
     result.severity() == Severity::Stopped
-}
-
-/// Public keys by key id, decoded once per walk.
-#[derive(Default)]
-pub struct KeyRing {
-    keys: HashMap<String, VerifyingKey>,
-}
-
-impl KeyRing {
-    pub fn new(registry: &[RegisteredKey]) -> KeyRing {
-        let keys = registry
-            .iter()
-            .filter_map(|k| {
-                let raw = signer::public_bytes(k)?;
-                Some((k.key_id.clone(), VerifyingKey::from_bytes(&raw).ok()?))
-            })
-            .collect();
-        KeyRing { keys }
-    }
-
-    /// The raw public key a key id names.
-    pub fn public_bytes(&self, key_id: &str) -> Option<[u8; 32]> {
-        self.keys.get(key_id).map(|k| k.to_bytes())
-    }
-
-    pub fn verify(&self, key_id: &str, message: &[u8], signature_b64: &str) -> bool {
-        use base64::Engine;
-        let Some(key) = self.keys.get(key_id) else { return false };
-        let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(signature_b64) else { return false };
-        let Ok(sig) = Signature::from_slice(&raw) else { return false };
-        key.verify(message, &sig).is_ok()
-    }
-
-    /// True only if every `(keyId, message, signature)` verifies; false also for an unknown
-    /// key or a malformed signature (the caller then checks them one by one).
-    pub fn verify_batch<'a>(&self, items: impl Iterator<Item = (&'a str, &'a [u8], &'a str)>) -> bool {
-        use base64::Engine;
-        let (mut msgs, mut sigs, mut vks) = (Vec::new(), Vec::new(), Vec::new());
-        for (key_id, message, signature_b64) in items {
-            let Some(key) = self.keys.get(key_id) else { return false };
-            let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(signature_b64) else { return false };
-            let Ok(sig) = Signature::from_slice(&raw) else { return false };
-            msgs.push(message);
-            sigs.push(sig);
-            vks.push(*key);
-        }
-        msgs.is_empty() || ed25519_dalek::verify_batch(&msgs, &sigs, &vks).is_ok()
-    }
 }
 
 /// What one receipt's own checks found (computed in parallel; links are checked in order).
@@ -443,6 +395,7 @@ mod tests {
     use crate::compliance::memo::MemoKey;
     use crate::receipts::canonical::{seal, Check, Receipt, GENESIS};
     use crate::receipts::signer::Signer;
+    use std::collections::HashMap;
 
     fn registry(s: &Signer) -> Vec<RegisteredKey> {
         vec![RegisteredKey {

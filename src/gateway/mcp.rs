@@ -22,9 +22,9 @@ use serde_json::Value;
 
 use super::ending::Ending;
 use super::header;
-use super::relay::UpstreamOutcome;
 use super::sse::{event_data, SseSplitter};
 use super::{body, header_str, Ctx, Gateway};
+use crate::checks::pipeline::UpstreamOutcome;
 use crate::checks::pipeline::{Exchange, JsonBody, ResponsePiece, Step};
 use crate::checks::policy::{Decision, Facts};
 use crate::error::{ApiError, ErrorKind};

@@ -27,7 +27,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 
 use crate::app::App;
-use crate::checks::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step};
+use crate::checks::pipeline::{self, Cached, Exchange, JsonBody, Outcome, Pipeline, Step, UpstreamOutcome};
 use crate::config::{CommitMode, ProviderName};
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::{self, METRICS};
@@ -43,7 +43,6 @@ use crate::upstream::{UpstreamClient, UpstreamError, UpstreamResponse};
 use aside::Aside;
 use bytes::Bytes;
 use ending::Ending;
-pub use relay::UpstreamOutcome;
 use routes::Route;
 
 pub struct Gateway {
@@ -372,7 +371,7 @@ impl Gateway {
         let resp = self.send_upstream(ctx, parsed.provider, &cred, call).await?;
 
         let headers = ctx.answer_headers();
-        let capture_limit = ctx.cx.cache_slot.is_some().then_some(ctx.snap.config.limits.cache_max_entry_bytes);
+        let capture_limit = ctx.cx.capture_answer.then_some(ctx.snap.config.limits.cache_max_entry_bytes);
         let translation = translated.then(|| relay::Translation {
             provider,
             model,

@@ -13,47 +13,15 @@ use super::header;
 use super::responses::{self, SaidText};
 use super::sse::{event_data, SseSplitter};
 use crate::checks::guardrail::{event_text, set_event_text};
-use crate::checks::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
+use crate::checks::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece, UpstreamOutcome};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::eventstream;
 use crate::providers::translate::ChunkTranslator;
 use crate::providers::usage::{self, Dialect, Usage};
 use crate::providers::Flavor;
 use crate::providers::Provider;
-use crate::receipts::{CheckResult, UpstreamStatus};
+use crate::receipts::CheckResult;
 use crate::upstream::{UpstreamError, UpstreamResponse};
-
-/// How the upstream leg ended, for metrics and the receipt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UpstreamOutcome {
-    /// No upstream call was made (a check or an error answered first).
-    #[default]
-    Skipped,
-    /// The provider answered 2xx and the whole answer was relayed.
-    Pass,
-    /// The provider answered an error status, or the connection failed.
-    Fail,
-    Timeout,
-}
-
-impl UpstreamOutcome {
-    pub fn from_error(e: &UpstreamError) -> Self {
-        match e {
-            UpstreamError::Timeout(_) => UpstreamOutcome::Timeout,
-            UpstreamError::Failed(_) => UpstreamOutcome::Fail,
-        }
-    }
-
-    /// The receipt's `upstreamStatus`.
-    pub fn status(self) -> UpstreamStatus {
-        match self {
-            UpstreamOutcome::Skipped => UpstreamStatus::Skipped,
-            UpstreamOutcome::Pass => UpstreamStatus::Ok,
-            UpstreamOutcome::Fail => UpstreamStatus::Error,
-            UpstreamOutcome::Timeout => UpstreamStatus::Timeout,
-        }
-    }
-}
 
 /// What the relay learnt on the way, and how the answer is to end.
 pub struct Relayed {

@@ -3,7 +3,7 @@
 
 use foldhash::HashMap;
 
-use super::Period;
+use super::period::Period;
 use crate::store::{budgets::Budget, keys::KeyRecord, teams::Team};
 
 /// One cap a request's cost counts against.

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use chrono::{DateTime, Utc};
 
 use super::book::scope_name;
-use super::{month_key, Limit, Period, TOTAL};
+use super::book::Limit;
+use super::period::{month_key, Period, TOTAL};
 use crate::store::{spend, Store, StoreError};
 
 /// Float sums of cents drift by ulps (0.1 + 0.2 > 0.3); a limit is not exceeded by drift.

@@ -7,87 +7,10 @@
 
 mod book;
 mod ledger;
+mod period;
 pub mod plugin;
 pub mod shared;
 
 pub use book::{BudgetBook, Limit};
 pub use ledger::{Crossing, Exceeded, Ledger, Reservation};
-
-use chrono::{DateTime, Datelike, TimeZone, Utc};
-
-/// How long a budget's spend accumulates before it starts again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Period {
-    /// Resets at the first instant of every UTC month.
-    Monthly,
-    /// Never resets.
-    Total,
-}
-
-impl Period {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Period::Monthly => "monthly",
-            Period::Total => "total",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Period> {
-        match s {
-            "monthly" => Some(Period::Monthly),
-            "total" => Some(Period::Total),
-            _ => None,
-        }
-    }
-
-    /// The `key_spend.period` value spend at `now` is booked under for this period.
-    pub fn key(self, now: DateTime<Utc>) -> String {
-        match self {
-            Period::Monthly => month_key(now),
-            Period::Total => TOTAL.to_string(),
-        }
-    }
-
-    /// When the spend of this period starts again: the first instant of the next UTC month for
-    /// monthly budgets, never for total ones.
-    pub fn resets_at(self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        match self {
-            Period::Total => None,
-            Period::Monthly => {
-                let (y, m) = if now.month() == 12 { (now.year() + 1, 1) } else { (now.year(), now.month() + 1) };
-                Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single()
-            }
-        }
-    }
-}
-
-/// The period key of spend that never resets.
-pub const TOTAL: &str = "total";
-
-/// `YYYY-MM` of `now` in UTC: the period key of monthly spend.
-pub fn month_key(now: DateTime<Utc>) -> String {
-    use chrono::Datelike;
-    // Runs for every request that costs money; chrono's `format` re-parses its pattern.
-    match now.year() {
-        y @ 0..=9999 => format!("{y:04}-{:02}", now.month()),
-        _ => now.format("%Y-%m").to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn period_keys_and_resets() {
-        let t = Utc.with_ymd_and_hms(2025, 12, 31, 23, 59, 59).unwrap();
-        assert_eq!(Period::Monthly.key(t), "2025-12");
-        assert_eq!(Period::Total.key(t), "total");
-        assert_eq!(Period::Monthly.resets_at(t), Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).single());
-        let t = Utc.with_ymd_and_hms(2025, 2, 1, 0, 0, 0).unwrap();
-        assert_eq!(Period::Monthly.resets_at(t), Utc.with_ymd_and_hms(2025, 3, 1, 0, 0, 0).single());
-        assert_eq!(Period::Total.resets_at(t), None);
-        assert_eq!(Period::parse("monthly"), Some(Period::Monthly));
-        assert_eq!(Period::parse("weekly"), None);
-    }
-}
+pub use period::{month_key, Period, TOTAL};

@@ -18,6 +18,13 @@ use crate::error::{ApiError, ErrorKind};
 use crate::providers::Usage;
 use crate::receipts::{CheckName, CheckResult, Kind};
 
+/// What a request holds until it ends: a reservation in this process's ledger, or (`cluster`)
+/// one prepared for, then made in, the shared store.
+enum Hold {
+    Local(crate::checks::budget::Reservation),
+    Shared(Held),
+}
+
 pub struct Budget {
     ledger: Arc<Ledger>,
     shared: Option<Arc<Cluster>>,
@@ -41,7 +48,7 @@ impl Budget {
     fn local(&self, ex: &Exchange, cx: &mut Ctx, limits: &[Limit]) -> Verdict {
         match self.ledger.reserve(ex.tenant_id(), ex.key_id(), ex.team_id(), limits, Self::amount(ex), ex.now) {
             Ok(r) => {
-                cx.budget = Some(r);
+                cx.keep(Hold::Local(r));
                 Verdict::Pass(CheckResult::Pass)
             }
             Err(x) => exceeded(&x),
@@ -102,25 +109,30 @@ impl Check for Budget {
                 let entries = crate::checks::shared::budget_entries(&limits, ex.now);
                 let amount_usd = Self::amount(ex);
                 let amount = crate::checks::budget::shared::nanos(amount_usd).max(0);
-                cx.shared_budget = Some(Held { entries: entries.clone(), amount, bucket: 0 });
+                cx.keep(Hold::Shared(Held { entries: entries.clone(), amount, bucket: 0 }));
                 Verdict::Ask(Ask::Budget { entries, amount_usd })
             }
             Some(c) => self.without_store(c, ex, cx, &c.reason()),
         }
     }
 
-    /// Its reservation is prepared only (`cx.shared_budget`), dropped on `NotAsked`; a local
+    /// Its reservation is prepared only ([`Hold::Shared`]), dropped on `NotAsked`; a local
     /// reservation made meanwhile is released when the request ends.
     fn joins_asks(&self) -> bool {
         true
     }
 
     fn on_answer(&self, ex: &mut Exchange, cx: &mut Ctx, answer: Answer) -> Verdict {
-        let held = cx.shared_budget.take();
+        let held = match cx.take::<Hold>() {
+            Some(Hold::Shared(h)) => Some(h),
+            _ => None,
+        };
         match (answer, &self.shared) {
             (Answer::NotAsked, _) => Verdict::Skip,
             (Answer::Budget(Ok(bucket)), _) => {
-                cx.shared_budget = held.map(|h| Held { bucket, ..h });
+                if let Some(h) = held {
+                    cx.keep(Hold::Shared(Held { bucket, ..h }));
+                }
                 Verdict::Pass(CheckResult::Pass)
             }
             (Answer::Budget(Err((i, used))), _) => {
@@ -155,9 +167,14 @@ impl Check for Budget {
     /// Every request's real cost counts toward its key's spend, with a budget or without.
     fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
         let ex = done.ex;
-        self.ledger.settle(cx.budget.take(), ex.tenant_id(), ex.key_id(), ex.team_id(), done.cost_usd, ex.now);
+        let (local, shared) = match cx.take::<Hold>() {
+            Some(Hold::Local(r)) => (Some(r), None),
+            Some(Hold::Shared(h)) => (None, Some(h)),
+            None => (None, None),
+        };
+        self.ledger.settle(local, ex.tenant_id(), ex.key_id(), ex.team_id(), done.cost_usd, ex.now);
         if let Some(c) = &self.shared {
-            c.settle_budget(cx.shared_budget.take(), done.cost_usd);
+            c.settle_budget(shared, done.cost_usd);
         }
     }
 }
@@ -167,7 +184,7 @@ mod tests {
     use super::*;
     use crate::checks::budget::BudgetBook;
     use crate::checks::fixtures::snapshot;
-    use crate::gateway::UpstreamOutcome;
+    use crate::checks::pipeline::UpstreamOutcome;
     use serde_json::json;
 
     #[test]

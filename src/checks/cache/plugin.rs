@@ -25,7 +25,8 @@ impl Cache {
 }
 
 fn hit(cx: &mut Ctx, hit: Cached) -> Verdict {
-    cx.cache_slot = None;
+    cx.take::<Slot>();
+    cx.capture_answer = false;
     cx.saved = Some(Saved { tokens: hit.usage.prompt_tokens + hit.usage.completion_tokens, usd: hit.cost_usd });
     Verdict::Serve(hit)
 }
@@ -49,7 +50,8 @@ impl Check for Cache {
         let Some(settings) = ex.snap.policy(ex.tenant_id()).cache() else { return Verdict::Skip };
         let key_entry = ex.key.clone();
         let key = cache::key(key_entry.tenant_id(), ex.route, &ex.model, ex.body.json());
-        cx.cache_slot = Some(Slot { key, ttl: settings.ttl });
+        cx.keep(Slot { key, ttl: settings.ttl });
+        cx.capture_answer = true;
         if ex.no_cache {
             return Verdict::Pass(CheckResult::Bypass);
         }
@@ -69,7 +71,7 @@ impl Check for Cache {
 
     /// Keeps a complete, successful answer.
     fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
-        if let (Some(slot), Some(answer)) = (cx.cache_slot.take(), done.answer.as_ref()) {
+        if let (Some(slot), Some(answer)) = (cx.take::<Slot>(), done.answer.as_ref()) {
             if (200..300).contains(&answer.status) {
                 if let Some(c) = &self.shared {
                     c.cache_put(slot.key, answer, slot.ttl);
@@ -85,7 +87,7 @@ mod tests {
     use super::*;
     use crate::checks::fixtures::exchange;
     use crate::checks::pipeline::Cached;
-    use crate::gateway::UpstreamOutcome;
+    use crate::checks::pipeline::UpstreamOutcome;
     use crate::providers::Usage;
     use serde_json::json;
 

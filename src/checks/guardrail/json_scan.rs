@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::json_text::MAX_DEPTH;
-use super::Guardrails;
+use super::rails::Guardrails;
 
 /// A request body ([`super::apply_to_request_json`]'s fields) is JSON and holds no finding.
 pub fn request_is_clean(g: &Guardrails, raw: &[u8]) -> bool {

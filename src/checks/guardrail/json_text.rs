@@ -6,7 +6,8 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::{Finding, Guardrails};
+use super::rails::Guardrails;
+use super::scan::Finding;
 
 /// What applying guardrails to a JSON body found. Finding positions are offsets into the
 /// text field they were found in.

@@ -70,7 +70,7 @@ pub fn arm_answer_scan(snap: &Snapshot, tenant: &str, cx: &mut Ctx) -> bool {
 
 fn arm(rails: &Arc<Guardrails>, tool: bool, cx: &mut Ctx) {
     cx.scan_answer = true;
-    cx.response_guard = Some(ResponseGuard { stream: rails.stream(), rails: rails.clone(), tool });
+    cx.keep(ResponseGuard { stream: rails.stream(), rails: rails.clone(), tool });
 }
 
 /// The request-side scan for a call that is not a model call but still sends text to the
@@ -125,7 +125,7 @@ impl Check for Guardrail {
     }
 
     fn on_response(&self, piece: &mut ResponsePiece, cx: &mut Ctx) -> Verdict {
-        let Some(guard) = cx.response_guard.as_mut() else { return Verdict::Skip };
+        let Some(guard) = cx.own::<ResponseGuard>() else { return Verdict::Skip };
         let (findings, is_blocked, changed) = match piece {
             ResponsePiece::Json(body) if guard.tool => {
                 let Some(v) = body.try_json() else { return Verdict::Skip };

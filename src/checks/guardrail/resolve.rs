@@ -8,8 +8,9 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use super::detector::{Detector, Kind};
 use super::detectors::Builtin;
-use super::{Detector, GuardAction, Kind};
+use crate::checks::policy::document::GuardAction;
 
 /// A validated match of detector `det` (an index into the compiled detectors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

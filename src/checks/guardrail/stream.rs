@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use super::resolve::{self, Cand};
-use super::{Finding, Inner};
+use super::scan::{Finding, Inner};
 
 const WINDOW: usize = 128;
 const MAX_TOKEN: usize = 8 * 1024;

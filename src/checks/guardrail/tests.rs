@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::checks::policy::document::parse;
+use crate::checks::policy::document::GuardrailsDoc;
 
 /// Guardrails from the `guardrails:` section of policy documents, as the policy language has it.
 fn compiled(yamls: &[&str]) -> Guardrails {

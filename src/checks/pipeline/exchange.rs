@@ -7,10 +7,10 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::gateway::UpstreamOutcome;
 use crate::providers::{Dialect, Usage};
-use crate::receipts::Kind;
+use crate::receipts::{Kind, UpstreamStatus};
 use crate::snapshot::{KeyEntry, Snapshot};
+use crate::upstream::UpstreamError;
 
 /// One request after authentication, parsing and routing.
 pub struct Exchange {
@@ -194,4 +194,36 @@ pub struct Outcome<'a> {
     pub cost_usd: f64,
     /// The answer as the client received it, when it was complete and worth caching.
     pub answer: Option<Cached>,
+}
+
+/// How the upstream leg ended, for metrics and the receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamOutcome {
+    /// No upstream call was made (a check or an error answered first).
+    #[default]
+    Skipped,
+    /// The provider answered 2xx and the whole answer was relayed.
+    Pass,
+    /// The provider answered an error status, or the connection failed.
+    Fail,
+    Timeout,
+}
+
+impl UpstreamOutcome {
+    pub fn from_error(e: &UpstreamError) -> Self {
+        match e {
+            UpstreamError::Timeout(_) => UpstreamOutcome::Timeout,
+            UpstreamError::Failed(_) => UpstreamOutcome::Fail,
+        }
+    }
+
+    /// The receipt's `upstreamStatus`.
+    pub fn status(self) -> UpstreamStatus {
+        match self {
+            UpstreamOutcome::Skipped => UpstreamStatus::Skipped,
+            UpstreamOutcome::Pass => UpstreamStatus::Ok,
+            UpstreamOutcome::Fail => UpstreamStatus::Error,
+            UpstreamOutcome::Timeout => UpstreamStatus::Timeout,
+        }
+    }
 }

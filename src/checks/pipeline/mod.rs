@@ -7,9 +7,12 @@
 //! structs and survives policy reloads.
 
 mod exchange;
+mod own;
 pub mod shared;
 
-pub use exchange::{estimate_prompt_tokens, Cached, Exchange, JsonBody, Outcome, ResponsePiece, Saved};
+pub use exchange::{
+    estimate_prompt_tokens, Cached, Exchange, JsonBody, Outcome, ResponsePiece, Saved, UpstreamOutcome,
+};
 
 use crate::error::ApiError;
 use crate::receipts::{Check as Recorded, CheckName, CheckResult, GuardEvent};
@@ -68,7 +71,7 @@ pub enum Verdict {
     Ask(shared::Ask),
 }
 
-/// The typed per-request state the checks share (no string-keyed bags).
+/// The per-request state the checks share with the gateway, and each check's own.
 #[derive(Default)]
 pub struct Ctx {
     /// Request-side results, in the order the checks ran.
@@ -79,19 +82,31 @@ pub struct Ctx {
     pub events: Vec<GuardEvent>,
     /// Headers every answer of this request carries (e.g. `x-ratelimit-*`).
     pub headers: Vec<(&'static str, String)>,
-    pub rate: Option<crate::checks::rate_limit::Reservation>,
-    pub budget: Option<crate::checks::budget::Reservation>,
-    /// The budget holds in the shared store (`cluster`), settled when the request ends.
-    pub shared_budget: Option<crate::checks::budget::shared::Held>,
-    /// The answer-side guardrail state (armed by the request side).
-    pub response_guard: Option<crate::checks::guardrail::plugin::ResponseGuard>,
-    /// The cache slot to fill with this request's answer (a miss or a bypass).
-    pub cache_slot: Option<crate::checks::cache::Slot>,
     /// What a cache hit saved.
     pub saved: Option<Saved>,
     /// Set by a check that wants to see the answer ([`Check::on_response`]); otherwise the
     /// answer is relayed untouched, byte for byte.
     pub scan_answer: bool,
+    /// Set by a check that wants the whole answer when the request ends ([`Outcome::answer`]).
+    pub capture_answer: bool,
+    own: own::Own,
+}
+
+impl Ctx {
+    /// The state a check kept for this request, found by its type (each check's is its own).
+    pub fn own<T: std::any::Any + Send + Sync>(&mut self) -> Option<&mut T> {
+        self.own.get()
+    }
+
+    /// Keeps `state` for the rest of the request, in place of any earlier state of its type.
+    pub fn keep<T: std::any::Any + Send + Sync>(&mut self, state: T) {
+        self.own.put(state)
+    }
+
+    /// Takes back the state of type `T`, leaving none.
+    pub fn take<T: std::any::Any + Send + Sync>(&mut self) -> Option<T> {
+        self.own.take()
+    }
 }
 
 /// How the request phase ended.

@@ -1,8 +1,8 @@
 //! Allowlists merged across a tenant's policies: they intersect, so a value passes a dimension
 //! only if every policy that lists the dimension allows it.
 
-use super::compiled::Facts;
 use super::document::AllowlistDoc;
+use super::facts::Facts;
 use crate::config::Glob;
 use crate::receipts::Kind;
 

@@ -116,38 +116,7 @@ impl PolicyFiles {
             changed = true;
         }
         for name in names {
-            let path = self.dir.join(&name);
-            let read = read_limited(&path);
-            let digest: [u8; 32] = match &read {
-                Ok(text) => Sha256::digest(text.as_bytes()).into(),
-                Err(e) => Sha256::digest(e.as_bytes()).into(),
-            };
-            if entries.get(&name).is_some_and(|e| e.digest == digest) {
-                continue;
-            }
-            changed = true;
-            let origin = path.display().to_string();
-            let parsed = read.and_then(|text| compile(&name, &origin, &text));
-            let entry = entries.entry(name.clone()).or_insert(Entry { digest, good: None, error: None });
-            entry.digest = digest;
-            match parsed {
-                Ok(compiled) => {
-                    log::info!("policy file {origin} loaded");
-                    entry.good = Some(FilePolicy {
-                        name,
-                        path: path.clone(),
-                        modified: modified(&path),
-                        compiled: Arc::new(compiled),
-                    });
-                    entry.error = None;
-                }
-                Err(e) => {
-                    let kept =
-                        if entry.good.is_some() { "the last good version stays in force" } else { "not in force" };
-                    log::error!("policy file rejected ({kept}): {e}");
-                    entry.error = Some(e);
-                }
-            }
+            changed |= self.refresh(&mut entries, name);
         }
         if !changed {
             return false;
@@ -162,6 +131,41 @@ impl PolicyFiles {
                 .collect(),
         };
         self.current.store(Arc::new(next));
+        true
+    }
+
+    /// Re-reads one file; re-parses it when its content changed. True when it changed.
+    fn refresh(&self, entries: &mut BTreeMap<String, Entry>, name: String) -> bool {
+        let path = self.dir.join(&name);
+        let read = read_limited(&path);
+        let digest: [u8; 32] = match &read {
+            Ok(text) => Sha256::digest(text.as_bytes()).into(),
+            Err(e) => Sha256::digest(e.as_bytes()).into(),
+        };
+        if entries.get(&name).is_some_and(|e| e.digest == digest) {
+            return false;
+        }
+        let origin = path.display().to_string();
+        let parsed = read.and_then(|text| compile(&name, &origin, &text));
+        let entry = entries.entry(name.clone()).or_insert(Entry { digest, good: None, error: None });
+        entry.digest = digest;
+        match parsed {
+            Ok(compiled) => {
+                log::info!("policy file {origin} loaded");
+                entry.good = Some(FilePolicy {
+                    name,
+                    path: path.clone(),
+                    modified: modified(&path),
+                    compiled: Arc::new(compiled),
+                });
+                entry.error = None;
+            }
+            Err(e) => {
+                let kept = if entry.good.is_some() { "the last good version stays in force" } else { "not in force" };
+                log::error!("policy file rejected ({kept}): {e}");
+                entry.error = Some(e);
+            }
+        }
         true
     }
 }

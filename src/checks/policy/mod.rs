@@ -5,9 +5,11 @@
 pub mod allowlist;
 pub mod compiled;
 pub mod document;
+mod facts;
 pub mod files;
 pub mod plugin;
 pub mod rules;
 pub mod validate;
 
-pub use compiled::{CacheSettings, CompiledPolicy, Decision, Facts, TenantPolicy};
+pub use compiled::{CacheSettings, CompiledPolicy, Decision, TenantPolicy};
+pub use facts::Facts;

@@ -2,8 +2,8 @@
 
 use chrono::{Datelike, Timelike};
 
-use super::compiled::Facts;
 use super::document::{self, KindDoc, MatchDoc, RuleAction, RuleDoc, Weekday};
+use super::facts::Facts;
 use crate::config::Glob;
 use crate::receipts::Kind;
 

@@ -48,7 +48,7 @@ impl RateLimit {
     fn local(&self, ex: &Exchange, cx: &mut Ctx, (rpm, tpm, ask): (Option<u64>, Option<u64>, TokenAsk)) -> Verdict {
         match rate_limit::acquire(&ex.key.state.rate, rpm, tpm, ask, ex.now.timestamp_millis(), &mut cx.headers) {
             Ok(reservation) => {
-                cx.rate = Some(reservation);
+                cx.keep(reservation);
                 Verdict::Pass(CheckResult::Pass)
             }
             Err(limited) => refused(limited),
@@ -82,7 +82,7 @@ impl RateLimit {
                 // The store is the authority; the replay agrees (tests/cluster_redis.rs pins it).
                 debug_assert!(replayed.is_ok(), "the shared limiter admitted what the replay refuses");
                 cx.headers.extend(headers);
-                cx.rate = Some(rate_limit::Reservation::shared(ex.key.id.clone(), counts.tokens, state.start_ms));
+                cx.keep(rate_limit::Reservation::shared(ex.key.id.clone(), counts.tokens, state.start_ms));
                 Verdict::Pass(CheckResult::Pass)
             }
             (false, Err(limited)) => refused(limited),
@@ -129,7 +129,7 @@ impl Check for RateLimit {
 
     /// Corrects the token reservation to what the answer really used (0 when nothing was).
     fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
-        if let Some(r) = cx.rate.take() {
+        if let Some(r) = cx.take::<rate_limit::Reservation>() {
             // Cache reads and writes are inside `prompt_tokens`: a cached prompt still counts whole.
             let used = done.usage.map(|u| u.total()).unwrap_or(0);
             match (r.shared_key(), &self.shared) {
@@ -177,7 +177,7 @@ mod tests {
         ex.key = std::sync::Arc::new(crate::snapshot::KeyEntry::new(rec, Default::default()));
         let mut cx = Ctx::default();
         assert!(matches!(RateLimit::default().on_request(&mut ex, &mut cx), Verdict::Pass(CheckResult::Pass)));
-        assert_eq!(cx.rate.as_ref().map(|r| r.tokens()), Some(1000));
+        assert_eq!(cx.own::<rate_limit::Reservation>().map(|r| r.tokens()), Some(1000));
         assert!(cx.headers.iter().any(|(k, v)| *k == "x-ratelimit-limit-tokens" && v == "1000"));
 
         let header = |e: &ApiError, name: &str| e.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone());

@@ -13,10 +13,9 @@
 use std::sync::Mutex;
 
 use redis::{Script, ScriptInvocation, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use super::allowance::{self, Grant, Plan, Retire};
-use super::Cluster;
 use crate::checks::budget::shared as budget;
 use crate::checks::pipeline::shared::{Answer, Ask};
 use crate::checks::rate_limit::shared as rate;
@@ -90,8 +89,9 @@ pub(crate) type Request<'a> = (&'a [Ask], &'a [Plan]);
 /// One call deciding the asks of `requests` (rate and budget asks only) on the clock `now`
 /// (0 = Redis's).
 pub(crate) fn invocation<'a>(
-    c: &Cluster,
     script: &'a Script,
+    prefix: &str,
+    reservation_ttl_ms: i64,
     now: i64,
     requests: &[Request<'_>],
 ) -> ScriptInvocation<'a> {
@@ -108,18 +108,18 @@ pub(crate) fn invocation<'a>(
                         Retire::Rate { from, req, tok } => (from, req, tok),
                         _ => (0, 0, 0),
                     };
-                    inv.key(c.key(format_args!("rl:{key_id}"))).arg("r").arg(r).arg(t).arg(min).arg(max);
+                    inv.key(format!("{prefix}rl:{key_id}")).arg("r").arg(r).arg(t).arg(min).arg(max);
                     inv.arg(plan.want).arg(from).arg(req).arg(tok);
                 }
                 Ask::Budget { entries, amount_usd } => {
                     for e in entries {
-                        inv.key(budget::hash_key(&c.prefix, e.scope, &e.scope_id, &e.period_key));
+                        inv.key(budget::hash_key(prefix, e.scope, &e.scope_id, &e.period_key));
                     }
                     let (bucket, amount) = match plan.retire {
                         Retire::Budget { bucket, amount } => (bucket, amount),
                         _ => (0, 0),
                     };
-                    inv.arg("b").arg(entries.len()).arg(budget::nanos(*amount_usd).max(0)).arg(c.reservation_ttl_ms);
+                    inv.arg("b").arg(entries.len()).arg(budget::nanos(*amount_usd).max(0)).arg(reservation_ttl_ms);
                     inv.arg(plan.want).arg(bucket).arg(amount);
                     for e in entries {
                         inv.arg(budget::nanos(e.limit_usd));
@@ -134,7 +134,7 @@ pub(crate) fn invocation<'a>(
 
 /// The script's replies for one request as its checks' answers, in order, with what each
 /// ask was granted.
-pub(crate) fn answers(c: &Cluster, asks: &[Ask], reply: Value) -> Decided {
+pub(crate) fn answers(wake: &Notify, asks: &[Ask], reply: Value) -> Decided {
     use redis::FromRedisValue;
     let reply = Vec::<Value>::from_redis_value(reply).unwrap_or_default();
     if reply.is_empty() {
@@ -143,13 +143,13 @@ pub(crate) fn answers(c: &Cluster, asks: &[Ask], reply: Value) -> Decided {
         let why = Answer::Unavailable("unexpected reply from the admission script".into());
         return (vec![why; asks.len()], vec![None; asks.len()]);
     }
-    asks.iter().zip(reply).map(|(ask, r)| answer(c, ask, r)).unzip()
+    asks.iter().zip(reply).map(|(ask, r)| answer(wake, ask, r)).unzip()
 }
 
 /// Per ask of a request: its answer, and what it was granted.
 pub(crate) type Decided = (Vec<Answer>, Vec<Option<Grant>>);
 
-fn answer(c: &Cluster, ask: &Ask, reply: Value) -> (Answer, Option<Grant>) {
+fn answer(wake: &Notify, ask: &Ask, reply: Value) -> (Answer, Option<Grant>) {
     use redis::FromRedisValue;
     match ask {
         Ask::Rate { .. } => match Vec::<i64>::from_redis_value(reply).ok().and_then(|v| rate::counts(&v)) {
@@ -159,7 +159,7 @@ fn answer(c: &Cluster, ask: &Ask, reply: Value) -> (Answer, Option<Grant>) {
         Ask::Budget { .. } => {
             let parts = Vec::<Value>::from_redis_value(reply).unwrap_or_default();
             let granted = parts.get(2).and_then(|v| i64::from_redis_value_ref(v).ok()).unwrap_or(-1);
-            let answer = super::budget_answer(&parts, c);
+            let answer = budget_answer(&parts, wake);
             let grant =
                 (matches!(answer, Answer::Budget(Ok(_))) && granted >= 0).then_some(Grant::Budget { amount: granted });
             (answer, grant)
@@ -185,9 +185,9 @@ pub(crate) struct QueueState {
 }
 
 pub(crate) struct Waiting {
-    asks: Vec<Ask>,
-    plans: Vec<Plan>,
-    tx: oneshot::Sender<Vec<Answer>>,
+    pub(crate) asks: Vec<Ask>,
+    pub(crate) plans: Vec<Plan>,
+    pub(crate) tx: oneshot::Sender<Vec<Answer>>,
 }
 
 impl Queue {
@@ -196,71 +196,21 @@ impl Queue {
     }
 }
 
-/// Decides one request's asks in the next call (started here when none is in flight), with
-/// their plans (`allowance`).
-pub(crate) async fn admit(c: &Cluster, asks: Vec<Ask>, plans: Vec<Plan>) -> Vec<Answer> {
-    let n = asks.len();
-    let (tx, rx) = oneshot::channel();
-    let start = {
-        let mut q = c.admissions.lock();
-        q.waiting.push(Waiting { asks, plans, tx });
-        !std::mem::replace(&mut q.busy, true)
-    };
-    if start {
-        match c.me.upgrade() {
-            // A task of its own, so that a request that goes away does not take the call of
-            // the others with it.
-            Some(me) => drop(tokio::spawn(run(me))),
-            None => {
-                let mut q = c.admissions.lock();
-                q.busy = false;
-                q.waiting.clear();
-            }
+/// The budget script's reply as the check's answer; `-1` (spend not loaded yet) wakes the
+/// watcher, which loads it.
+fn budget_answer(reply: &[redis::Value], wake: &Notify) -> Answer {
+    use redis::FromRedisValue;
+    let int = |i: usize| reply.get(i).and_then(|v| i64::from_redis_value_ref(v).ok());
+    match int(0) {
+        Some(1) => Answer::Budget(Ok(int(1).unwrap_or(0))),
+        Some(0) => {
+            let i = int(1).unwrap_or(1).max(1) as usize - 1;
+            Answer::Budget(Err((i, budget::usd(int(2).unwrap_or(0)))))
         }
-    }
-    rx.await.unwrap_or_else(|_| vec![Answer::Unavailable("the admission call was cancelled".into()); n])
-}
-
-/// Sends one call for what waits, until nothing does.
-pub(crate) async fn run(c: std::sync::Arc<Cluster>) {
-    // Whatever ends this task (its runtime stopping too), the queue is left free: what still
-    // waits is dropped, and its requests answer `Unavailable`.
-    struct Free<'a>(&'a Queue);
-    impl Drop for Free<'_> {
-        fn drop(&mut self) {
-            let mut q = self.0.lock();
-            q.busy = false;
-            q.waiting.clear();
+        Some(-1) => {
+            wake.notify_one();
+            Answer::Unavailable("budget spend is being loaded into Redis from the database".into())
         }
-    }
-    let free = Free(&c.admissions);
-    loop {
-        let batch: Vec<Waiting> = {
-            let mut q = c.admissions.lock();
-            if q.waiting.is_empty() {
-                // Under the lock: a request queued after this starts the next task.
-                q.busy = false;
-                drop(q);
-                std::mem::forget(free);
-                return;
-            }
-            let n = q.waiting.len().min(BATCH);
-            q.waiting.drain(..n).collect()
-        };
-        c.admissions.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let requests: Vec<Request<'_>> = batch.iter().map(|w| (w.asks.as_slice(), w.plans.as_slice())).collect();
-        let mut replies = c.decide(&requests).await.into_iter();
-        for w in batch {
-            let n = w.asks.len();
-            let (answers, grants) = replies
-                .next()
-                .unwrap_or_else(|| (vec![Answer::Unavailable("no reply for this request".into()); n], vec![None; n]));
-            // Here, not in the request: a request that went away still ends its lane's refill.
-            if w.plans.iter().any(|p| p.want > 0) {
-                let stale = c.allowances.install(&w.asks, &w.plans, &answers, &grants);
-                c.give_back_later(stale);
-            }
-            let _ = w.tx.send(answers);
-        }
+        _ => Answer::Unavailable("unexpected reply from the budget script".into()),
     }
 }

@@ -12,24 +12,20 @@
 //! answer's path, and a few milliseconds late only keeps a hold (or a token estimate) that long:
 //! admission stays on the safe side.
 
-use std::sync::Arc;
-
 use redis::{Script, ScriptInvocation};
 use tokio::sync::mpsc;
-
-use super::Cluster;
 
 /// Settlements waiting beyond this are dropped (and counted): the queue never grows without
 /// bound while Redis is slow. Their spend is in `key_spend` and returns with a rebuild.
 pub(crate) const QUEUE: usize = 16_384;
 /// The most operations gathered for one script call (before [`merge`], which leaves one per
 /// key and window and one per budget entries and bucket).
-const BATCH: usize = 4096;
+pub(super) const BATCH: usize = 4096;
 /// How long the task gathers settlements after the first of a batch (unless [`BATCH`] are
 /// queued already). It sleeps meanwhile, so requests settling then wake no thread. A batch is
 /// merged before it is sent, so its call is the same size at 5 or 20 ms; 20 ms (session 31)
 /// halved Redis's CPU flat out with every check on (0.75 -> 0.38 s for the same two rounds).
-const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+pub(super) const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One settlement. Keys are full Redis keys.
 #[derive(Debug, Clone)]
@@ -118,26 +114,6 @@ pub(crate) fn invocation<'a>(script: &'a Script, now: i64, ops: &[Op]) -> Script
     inv
 }
 
-/// Sends what is queued, one call per batch, until every sender is gone.
-pub(crate) async fn run(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Op>) {
-    let script = script();
-    let mut ops = Vec::with_capacity(BATCH);
-    while let Some(first) = rx.recv().await {
-        ops.push(first);
-        take_queued(&mut rx, &mut ops);
-        if ops.len() < BATCH {
-            tokio::time::sleep(LINGER).await;
-            take_queued(&mut rx, &mut ops);
-        }
-        if cluster.is_up() {
-            send(&cluster, &script, &merge(std::mem::take(&mut ops))).await;
-        } else {
-            super::METRICS.dropped.inc_by(ops.len() as u64);
-        }
-        ops.clear();
-    }
-}
-
 /// The operations of a batch summed per rate window and per budget entries and bucket (cache
 /// puts as they are): the script then does per batch what it did per request. Sums are what
 /// the operations one after another give (the script adds them), except where a window's
@@ -183,22 +159,8 @@ pub(crate) fn merge(ops: Vec<Op>) -> Vec<Op> {
     out
 }
 
-/// One call carrying `ops`, bounded by the timeout (a failure marks the store down).
-pub(crate) async fn send(cluster: &Cluster, script: &Script, ops: &[Op]) {
-    let mut conn = cluster.conn.clone();
-    match tokio::time::timeout(cluster.timeout, invocation(script, 0, ops).invoke_async::<i64>(&mut conn)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            cluster.failed("settle", &e);
-        }
-        Err(_) => {
-            cluster.timed_out("settle");
-        }
-    }
-}
-
 /// Moves what is queued into `ops`, up to [`BATCH`], without waiting.
-fn take_queued(rx: &mut mpsc::Receiver<Op>, ops: &mut Vec<Op>) {
+pub(super) fn take_queued(rx: &mut mpsc::Receiver<Op>, ops: &mut Vec<Op>) {
     while ops.len() < BATCH {
         match rx.try_recv() {
             Ok(op) => ops.push(op),
