@@ -20,11 +20,14 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde_json::Value;
 
+use super::body;
+use super::client::{header_str, presented_key};
+use super::context::Ctx;
 use super::ending::Ending;
 use super::header;
 use super::relay::UpstreamOutcome;
 use super::sse::{event_data, SseSplitter};
-use super::{body, header_str, Ctx, Gateway};
+use super::state::Gateway;
 use crate::checks::pipeline::{Exchange, JsonBody, ResponsePiece, Step};
 use crate::checks::policy::{Decision, Facts};
 use crate::error::{ApiError, ErrorKind};
@@ -39,13 +42,6 @@ const WHOLE_BODY_CAP: usize = 16 << 20;
 
 /// Request headers of the MCP transport passed to the server as the client sent them.
 const PASSED_REQUEST_HEADERS: &[&str] = &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
-
-/// The server name of an `/mcp/{server}` path.
-pub fn server_name(path: &str) -> Option<String> {
-    let rest = path.strip_prefix("/mcp/")?;
-    let name = percent_encoding::percent_decode_str(rest.trim_end_matches('/')).decode_utf8().ok()?;
-    (!name.is_empty() && !name.contains('/')).then(|| name.into_owned())
-}
 
 /// A tool name as a metric label: names are the client's to choose, so an unusual one (long,
 /// or outside the usual characters) is counted as `other` rather than growing the label set.
@@ -139,8 +135,7 @@ impl Gateway {
     /// Answers `/mcp/{server}`.
     pub(super) async fn mcp(&self, session: &mut Session, ctx: &mut Ctx, name: &str) -> Result<Ending, ApiError> {
         // The key is put into `ctx` only for a `tools/call`: that alone leaves a receipt.
-        let key =
-            super::presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
         // Another tenant's server is not found, exactly like a name nobody registered.
         let server = ctx.snap.tool_server(key.tenant_id(), name).cloned().ok_or_else(|| {
@@ -581,16 +576,6 @@ fn answer_header(resp: &UpstreamResponse<'_>, status: u16, ours: &[(&'static str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn server_names_from_paths() {
-        assert_eq!(server_name("/mcp/search").as_deref(), Some("search"));
-        assert_eq!(server_name("/mcp/search/").as_deref(), Some("search"));
-        assert_eq!(server_name("/mcp/a%2Eb").as_deref(), Some("a.b"));
-        assert_eq!(server_name("/mcp/"), None);
-        assert_eq!(server_name("/mcp/a/b"), None);
-        assert_eq!(server_name("/v1/mcp/a"), None);
-    }
 
     #[test]
     fn refusals_are_json_rpc_errors_with_the_request_id() {

@@ -8,10 +8,10 @@ use http::header::{HeaderMap, HeaderValue};
 use pingora::proxy::Session;
 use serde_json::Value;
 
-use super::ending::Ending;
+use super::ending::{error_event, Ending};
 use super::header;
 use super::responses::{self, SaidText};
-use super::sse::{event_data, SseSplitter};
+use super::sse::{event_data, other_lines, write_event, SseSplitter};
 use crate::checks::guardrail::{event_text, set_event_text};
 use crate::checks::pipeline::{Cached, Ctx, JsonBody, Pipeline, ResponsePiece};
 use crate::error::{ApiError, ErrorKind, Flavor};
@@ -653,34 +653,6 @@ impl EventScanner<'_> {
             write_event(out, &lines, &v);
         }
     }
-}
-
-/// The lines of an event other than `data:` (e.g. Anthropic's `event: …`).
-fn other_lines(event: &[u8]) -> String {
-    let text = String::from_utf8_lossy(event);
-    text.lines().filter(|l| !l.is_empty() && !l.starts_with("data:")).map(|l| format!("{l}\n")).collect()
-}
-
-fn write_event(out: &mut BytesMut, lines: &str, data: &Value) {
-    out.extend_from_slice(lines.as_bytes());
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
-    out.extend_from_slice(b"\n\n");
-}
-
-/// A refusal in the stream's own format, as its last event.
-pub fn error_event(dialect: Dialect, flavor: Flavor, e: &ApiError) -> Bytes {
-    let mut out = BytesMut::new();
-    match dialect {
-        Dialect::Anthropic => out.extend_from_slice(b"event: error\n"),
-        Dialect::Responses => {
-            write_event(&mut out, "event: error\n", &responses::error_event(e.envelope(flavor)));
-            return out.freeze();
-        }
-        _ => {}
-    }
-    write_event(&mut out, "", &e.envelope(flavor));
-    out.freeze()
 }
 
 /// Folds one event's usage into `out.usage`; true when the event is OpenAI's usage-only chunk.

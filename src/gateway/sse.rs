@@ -67,6 +67,19 @@ pub fn event_data(event: &[u8]) -> Option<String> {
     data
 }
 
+/// The lines of an event other than `data:` (e.g. Anthropic's `event: …`).
+pub fn other_lines(event: &[u8]) -> String {
+    let text = String::from_utf8_lossy(event);
+    text.lines().filter(|l| !l.is_empty() && !l.starts_with("data:")).map(|l| format!("{l}\n")).collect()
+}
+
+pub fn write_event(out: &mut BytesMut, lines: &str, data: &serde_json::Value) {
+    out.extend_from_slice(lines.as_bytes());
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
