@@ -1,23 +1,8 @@
-//! Answers the routes that are not model calls (`aside.rs`). They need a valid key but leave no
-//! receipt, are not billed and do not count against the key's rpm, tpm or budgets
-//! (docs/decisions/gateway.md, "Model lists and count_tokens", "OpenAI Responses API"). A
-//! `tools/call` over MCP is the exception: it goes through the lifecycle like a model call.
-
-use super::aside::{anthropic_shaped, Aside};
-use super::client::{anthropic_betas, presented_key};
-use super::context::Ctx;
-use super::ending::Ending;
-use super::state::Gateway;
-use super::stored::{references, StoredRef};
-use super::{body, catalog, relay, request, routes};
-use crate::checks::guardrail::plugin as guardrail;
-use crate::checks::policy::{Decision, Facts};
-use crate::checks::rate_limit;
-use crate::config::ProviderName;
-use crate::error::{ApiError, ErrorKind, Flavor};
-use crate::providers::{self, Dialect, Target};
-use crate::receipts::Kind;
-use crate::snapshot::KeyEntry;
+//! Answers the routes that are not model calls (`aside.rs`), through the same stages as every
+//! route (`lifecycle.rs`): admit, then forward. They need a valid key but leave no receipt, are
+//! not billed, do not count against the key's rpm, tpm or budgets, and the checks' pipeline
+//! does not see them (docs/decisions/gateway.md, "Model lists and count_tokens", "OpenAI
+//! Responses API"). An MCP `tools/call` is not one of them: it has the checks and a receipt.
 
 use std::sync::Arc;
 
@@ -25,38 +10,111 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
 
+use super::aside::{anthropic_shaped, Aside};
+use super::client::{anthropic_betas, presented_key};
+use super::context::Ctx;
+use super::ending::Ending;
+use super::mcp::Passing;
+use super::state::Gateway;
+use super::stored::{references, StoredRef};
+use super::{body, catalog, relay, request, routes};
+use crate::checks::guardrail::plugin as guardrail;
+use crate::checks::pipeline;
+use crate::checks::policy::{Decision, Facts};
+use crate::checks::rate_limit;
+use crate::config::ProviderName;
+use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::providers::{self, Dialect, Target};
+use crate::receipts::Kind;
+use crate::snapshot::KeyEntry;
+use crate::upstream::UpstreamResponse;
+
+/// A side call the admit stage let in.
+pub(super) enum SideCall {
+    /// Answered by the gateway itself: a model list, a message MCP does not take.
+    Answered(Ending),
+    /// Passed to a provider as the client sent it (count_tokens, calls on stored responses).
+    Provider(ProviderSide),
+    /// Passed to a tool server (`mcp.rs`).
+    Mcp(Passing),
+}
+
+/// A side call to a provider's own path (the client's path, normalised).
+pub(super) struct ProviderSide {
+    key: Arc<KeyEntry>,
+    provider: ProviderName,
+    method: &'static str,
+    body: Bytes,
+    /// The client asked for a stream.
+    stream: bool,
+    /// What the client speaks, and its error envelope.
+    dialect: Dialect,
+    flavor: Flavor,
+    /// The answer-side checks' state, apart from `ctx.cx`: nothing of this call is recorded.
+    cx: pipeline::Ctx,
+}
+
 impl Gateway {
-    /// Answers an aside route.
-    pub(super) async fn aside(&self, session: &mut Session, ctx: &mut Ctx, aside: &Aside) -> Result<Ending, ApiError> {
-        if let Aside::Mcp(name) = aside {
-            return self.mcp(session, ctx, name).await;
-        }
-        // The key is not kept in `ctx`: a request with a key in `ctx` leaves a receipt.
+    /// Admit a side call: the key (not kept in `ctx`: a request with a key in `ctx` leaves a
+    /// receipt), then what the route asks.
+    pub(super) async fn admit_side_call(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        aside: Aside,
+    ) -> Result<SideCall, ApiError> {
         let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
-        let headers = ctx.answer_headers();
         match aside {
-            Aside::Models => Ok(self.model_list(session, ctx, &key, &headers)?),
-            Aside::Model(id) => Ok(self.model_info(session, ctx, &key, id, &headers)?),
-            Aside::CountTokens => self.count_tokens(session, ctx, key).await,
-            Aside::Mcp(_) => Err(ApiError::internal("unreachable: answered above")),
+            Aside::Models => Ok(SideCall::Answered(self.model_list(session, ctx, &key)?)),
+            Aside::Model(id) => Ok(SideCall::Answered(self.model_info(session, ctx, &key, &id)?)),
+            Aside::CountTokens => self.admit_count_tokens(session, ctx, key).await.map(SideCall::Provider),
+            Aside::Mcp(_) => Err(ApiError::internal("unreachable: MCP is admitted by admit_mcp")),
             Aside::ResponseRetrieve(_)
             | Aside::ResponseDelete(_)
             | Aside::ResponseInputItems(_)
-            | Aside::ResponseInputTokens => {
-                // Boxed: inlined, it would grow every request's future by its own size.
-                Box::pin(self.stored_responses(session, ctx, key, aside)).await
-            }
+            | Aside::ResponseInputTokens => self.admit_stored(session, ctx, key, &aside).await.map(SideCall::Provider),
         }
     }
 
-    fn model_list(
+    /// Forward a side call: to its provider or tool server, or the answer the gateway made.
+    pub(super) async fn forward_side_call(
         &self,
-        session: &Session,
-        ctx: &Ctx,
-        key: &KeyEntry,
-        headers: &[(&'static str, String)],
+        session: &mut Session,
+        ctx: &mut Ctx,
+        call: SideCall,
     ) -> Result<Ending, ApiError> {
+        match call {
+            SideCall::Answered(ending) => Ok(ending),
+            SideCall::Provider(side) => self.forward_provider_side(session, ctx, side).await,
+            SideCall::Mcp(pass) => self.forward_passing(session, ctx, pass).await,
+        }
+    }
+
+    /// The provider's credential, the call on the client's path, and its answer relayed as it
+    /// is.
+    async fn forward_provider_side(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        mut side: ProviderSide,
+    ) -> Result<Ending, ApiError> {
+        let cred = self.credential(ctx, &side.key, side.provider)?;
+        let provider = providers::provider(side.provider);
+        let path = routes::normalize(session.req_header().uri.path_and_query().map_or("", |p| p.as_str())).to_string();
+        let target = Target::Native { path: &path, stream: side.stream };
+        let mut call = self.prepare_call(session, ctx, provider, &cred, target, side.body).await?;
+        call.method = side.method;
+        if side.method != "POST" {
+            call.headers.retain(|(k, _)| *k != "content-type");
+        }
+        let resp = self.send_upstream(ctx, side.provider, &cred, call).await?;
+        let headers = ctx.answer_headers();
+        let route = (side.dialect, side.flavor, side.provider, side.stream);
+        Ok(self.relay_aside(session, ctx, resp, route, &headers, &mut side.cx).await)
+    }
+
+    fn model_list(&self, session: &Session, ctx: &Ctx, key: &KeyEntry) -> Result<Ending, ApiError> {
         let models = catalog::models(&ctx.snap, key, chrono::Utc::now());
         let created = catalog::created(&ctx.snap);
         let req = session.req_header();
@@ -66,17 +124,10 @@ impl Gateway {
         } else {
             catalog::openai_list(&models, created.timestamp())
         };
-        Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), headers))
+        Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), &ctx.answer_headers()))
     }
 
-    fn model_info(
-        &self,
-        session: &Session,
-        ctx: &Ctx,
-        key: &KeyEntry,
-        id: &str,
-        headers: &[(&'static str, String)],
-    ) -> Result<Ending, ApiError> {
+    fn model_info(&self, session: &Session, ctx: &Ctx, key: &KeyEntry, id: &str) -> Result<Ending, ApiError> {
         let models = catalog::models(&ctx.snap, key, chrono::Utc::now());
         let m = models.iter().find(|m| m.id == id).ok_or_else(|| ApiError::not_found(&format!("model `{id}`")))?;
         let created = catalog::created(&ctx.snap);
@@ -85,13 +136,20 @@ impl Gateway {
         } else {
             catalog::openai_model(m, created.timestamp())
         };
-        Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), headers))
+        Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), &ctx.answer_headers()))
     }
 
     /// Passed to Anthropic with the tenant's credential; the key's allowlist and policies apply
     /// to the model it names, and its own per-minute rate.
-    async fn count_tokens(&self, session: &mut Session, ctx: &mut Ctx, key: Arc<KeyEntry>) -> Result<Ending, ApiError> {
-        let headers = ctx.answer_headers();
+
+    /// Admit a count_tokens call: passed to Anthropic with the tenant's credential; the key's
+    /// allowlist and policies apply to the model it names, and its own per-minute rate.
+    async fn admit_count_tokens(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        key: Arc<KeyEntry>,
+    ) -> Result<ProviderSide, ApiError> {
         let rpm = ctx.snap.config.limits.count_tokens_rpm;
         if rpm > 0 {
             let ask = rate_limit::TokenAsk::new(0, None, 0);
@@ -105,36 +163,80 @@ impl Gateway {
             }
         }
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
-        let model = count_tokens_model(&raw)?;
-        ctx.model = model;
+        ctx.model = count_tokens_model(&raw)?;
         ctx.provider = Some(ProviderName::Anthropic);
-        self.admit_model(ctx, &key, &anthropic_betas(&session.req_header().headers))?;
-        let cred = self.credential(ctx, &key, ProviderName::Anthropic)?;
-        let path = routes::normalize(session.req_header().uri.path_and_query().map_or("", |p| p.as_str())).to_string();
-        let client_header = |name: &str| -> Option<String> {
-            session.req_header().headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+        self.allow_model(ctx, &key, &anthropic_betas(&session.req_header().headers))?;
+        Ok(ProviderSide {
+            key,
+            provider: ProviderName::Anthropic,
+            method: "POST",
+            body: raw,
+            stream: false,
+            dialect: Dialect::Anthropic,
+            flavor: Flavor::Anthropic,
+            cx: pipeline::Ctx::default(),
+        })
+    }
+
+    /// Admit a call on stored responses that is not a model call: retrieve, delete, input
+    /// items, or an input token count. Only the caller's tenant's responses are reached. The
+    /// answer guardrails still see a retrieved response (its text is the model's answer
+    /// again), and the request guardrails a counted input (it leaves for OpenAI).
+    async fn admit_stored(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        key: Arc<KeyEntry>,
+        aside: &Aside,
+    ) -> Result<ProviderSide, ApiError> {
+        ctx.provider = Some(ProviderName::OpenAi);
+        let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
+        let tenant = key.tenant_id();
+        let (method, body, stream) = match aside {
+            Aside::ResponseRetrieve(id) | Aside::ResponseDelete(id) | Aside::ResponseInputItems(id) => {
+                self.owners.check(tenant, &[StoredRef::response(id)]).await?;
+                let method = if matches!(aside, Aside::ResponseDelete(_)) { "DELETE" } else { "GET" };
+                let stream =
+                    matches!(aside, Aside::ResponseRetrieve(_)) && query_streams(session.req_header().uri.query());
+                (method, Bytes::new(), stream)
+            }
+            _ => ("POST", self.counted_input(ctx, &key, raw).await?, false),
         };
-        let env = providers::Env { config: &ctx.snap.config, tokens: &self.app.tokens };
-        let provider = providers::provider(ProviderName::Anthropic);
-        let target = Target::Native { path: &path, stream: false };
-        let call = provider.prepare(&env, &cred, target, raw, &client_header).await?;
-        let resp = self.send_upstream(ctx, ProviderName::Anthropic, &cred, call).await?;
-        let mut cx = crate::checks::pipeline::Ctx::default();
-        let route = (Dialect::Anthropic, Flavor::Anthropic, ProviderName::Anthropic, false);
-        Ok(self.relay_aside(session, ctx, resp, route, &headers, &mut cx).await)
+        let mut cx = pipeline::Ctx::default();
+        if matches!(aside, Aside::ResponseRetrieve(_)) {
+            guardrail::arm_answer_scan(&ctx.snap, tenant, &mut cx);
+        }
+        let (dialect, flavor) = (Dialect::Responses, Flavor::OpenAi);
+        Ok(ProviderSide { key, provider: ProviderName::OpenAi, method, body, stream, dialect, flavor, cx })
+    }
+
+    /// The body of an input token count: the model it names is one this key may call, the
+    /// responses it names are the tenant's, and the request guardrails have seen it.
+    async fn counted_input(&self, ctx: &mut Ctx, key: &KeyEntry, raw: Bytes) -> Result<Bytes, ApiError> {
+        let tenant = key.tenant_id();
+        let mut json = request::json_object(&raw)?;
+        if let Some(m) = json.get("model").and_then(Value::as_str) {
+            ctx.model = m.chars().take(256).collect();
+            self.allow_model(ctx, key, &[])?;
+        }
+        self.owners.check(tenant, &references(&json)?).await?;
+        Ok(match guardrail::scan_side_request(&ctx.snap, tenant, &mut json)? {
+            true => Bytes::from(serde_json::to_vec(&json).unwrap_or_default()),
+            false => raw,
+        })
     }
 
     /// Relays a provider's answer to an aside call as it is (no translation, cache or receipt);
     /// `route` is the dialect and error flavor the client speaks, the provider, and whether the
     /// client asked for a stream.
-    pub(super) async fn relay_aside(
+    async fn relay_aside(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
-        resp: crate::upstream::UpstreamResponse<'_>,
+        resp: UpstreamResponse<'_>,
         route: (Dialect, Flavor, ProviderName, bool),
         headers: &[(&'static str, String)],
-        cx: &mut crate::checks::pipeline::Ctx,
+        cx: &mut pipeline::Ctx,
     ) -> Ending {
         let (dialect, flavor, provider, stream) = route;
         let plan = relay::RelayPlan {
@@ -159,7 +261,7 @@ impl Gateway {
     }
 
     /// The tenant's allowlists and policies on a request that names only a model.
-    pub(super) fn admit_model(&self, ctx: &Ctx, key: &KeyEntry, betas: &[String]) -> Result<(), ApiError> {
+    fn allow_model(&self, ctx: &Ctx, key: &KeyEntry, betas: &[String]) -> Result<(), ApiError> {
         let policy = ctx.snap.policy(key.tenant_id());
         let team_id = key.record.team_id.as_deref();
         let facts = Facts {
@@ -185,66 +287,6 @@ impl Gateway {
             }
         }
         Ok(())
-    }
-
-    /// A call on stored responses that is not a model call: retrieve, delete, input items, or an
-    /// input token count. Only the caller's tenant's responses are reached; it leaves no receipt
-    /// and is not billed. The answer guardrails still see a retrieved response (its text is the
-    /// model's answer again), and the request guardrails a counted input (it leaves for OpenAI).
-    pub(super) async fn stored_responses(
-        &self,
-        session: &mut Session,
-        ctx: &mut Ctx,
-        key: Arc<KeyEntry>,
-        aside: &Aside,
-    ) -> Result<Ending, ApiError> {
-        ctx.provider = Some(ProviderName::OpenAi);
-        let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
-        let tenant = key.tenant_id();
-        let (method, body, stream) = match aside {
-            Aside::ResponseRetrieve(id) | Aside::ResponseDelete(id) | Aside::ResponseInputItems(id) => {
-                self.owners.check(tenant, &[StoredRef::response(id)]).await?;
-                let method = if matches!(aside, Aside::ResponseDelete(_)) { "DELETE" } else { "GET" };
-                let stream =
-                    matches!(aside, Aside::ResponseRetrieve(_)) && query_streams(session.req_header().uri.query());
-                (method, Bytes::new(), stream)
-            }
-            _ => {
-                let mut json = request::json_object(&raw)?;
-                // The model, when named, is one this key may call.
-                if let Some(m) = json.get("model").and_then(Value::as_str) {
-                    ctx.model = m.chars().take(256).collect();
-                    self.admit_model(ctx, &key, &[])?;
-                }
-                self.owners.check(tenant, &references(&json)?).await?;
-                let body = match guardrail::scan_side_request(&ctx.snap, tenant, &mut json)? {
-                    true => Bytes::from(serde_json::to_vec(&json).unwrap_or_default()),
-                    false => raw,
-                };
-                ("POST", body, false)
-            }
-        };
-        // The answer-side state lives here, not in `ctx.cx`: nothing of this call is recorded.
-        let mut cx = crate::checks::pipeline::Ctx::default();
-        if matches!(aside, Aside::ResponseRetrieve(_)) {
-            guardrail::arm_answer_scan(&ctx.snap, tenant, &mut cx);
-        }
-        let cred = self.credential(ctx, &key, ProviderName::OpenAi)?;
-        let provider = providers::provider(ProviderName::OpenAi);
-        let req = session.req_header();
-        let path = routes::normalize(req.uri.path_and_query().map_or("", |p| p.as_str())).to_string();
-        let client_header = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let env = providers::Env { config: &ctx.snap.config, tokens: &self.app.tokens };
-        let target = Target::Native { path: &path, stream };
-        let mut call = provider.prepare(&env, &cred, target, body, &client_header).await?;
-        call.method = method;
-        if method != "POST" {
-            call.headers.retain(|(k, _)| *k != "content-type");
-        }
-        let resp = self.send_upstream(ctx, ProviderName::OpenAi, &cred, call).await?;
-        let headers = ctx.answer_headers();
-        let route = (Dialect::Responses, Flavor::OpenAi, ProviderName::OpenAi, stream);
-        Ok(self.relay_aside(session, ctx, resp, route, &headers, &mut cx).await)
     }
 }
 

@@ -75,11 +75,7 @@ impl ProxyHttp for Gateway {
         let req = session.req_header();
         ctx.aside = Aside::resolve(&req.method, req.uri.path());
         let flavor_of_aside = ctx.aside.as_ref().map(|a| a.flavor(&req.headers));
-        let handled = match ctx.aside.clone() {
-            Some(a) => self.aside(session, ctx, &a).await,
-            None => self.handle(session, ctx).await,
-        };
-        let ending = match handled {
+        let ending = match self.handle(session, ctx).await {
             Ok(ending) => ending,
             Err(e) => {
                 let flavor = ctx.route.map(Route::flavor).or(flavor_of_aside).unwrap_or(Flavor::Plain);

@@ -5,12 +5,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
+use pingora::proxy::Session;
+
 use crate::app::App;
 use crate::checks::pipeline::Pipeline;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics;
-use crate::providers;
+use crate::providers::{self, Provider, Target, UpstreamCall};
 use crate::snapshot::{KeyEntry, ProviderCred};
 use crate::upstream::{UpstreamClient, UpstreamError, UpstreamResponse};
 
@@ -84,5 +87,22 @@ impl Gateway {
                 })
             }
         }
+    }
+
+    /// The provider's call: authenticated and addressed by the provider, with the client's
+    /// headers it forwards.
+    pub(super) async fn prepare_call(
+        &self,
+        session: &Session,
+        ctx: &Ctx,
+        provider: &dyn Provider,
+        cred: &ProviderCred,
+        target: Target<'_>,
+        body: Bytes,
+    ) -> Result<UpstreamCall, ApiError> {
+        let headers = &session.req_header().headers;
+        let client_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let env = providers::Env { config: &ctx.snap.config, tokens: &self.app.tokens };
+        provider.prepare(&env, cred, target, body, &client_header).await
     }
 }
