@@ -70,7 +70,7 @@ impl ModelCall {
             }
         }
         let edited = json.filter(|_| ctx.body_changed || hide);
-        Ok((relay::body_for_upstream(&self.parsed.raw, edited.as_ref()), hide))
+        Ok((body_for_upstream(&self.parsed.raw, edited.as_ref()), hide))
     }
 
     /// Where the call goes on the provider's API. `native_path` is Vertex's own path, as the
@@ -261,5 +261,13 @@ impl Gateway {
             log::info!("request {}: client disconnected before the answer was complete", ctx.request_id);
         }
         relayed.ending
+    }
+}
+
+/// The body the upstream gets: the client's bytes unless the gateway had to edit the JSON.
+fn body_for_upstream(raw: &Bytes, edited: Option<&Value>) -> Bytes {
+    match edited {
+        Some(v) => Bytes::from(serde_json::to_vec(v).unwrap_or_else(|_| raw.to_vec())),
+        None => raw.clone(),
     }
 }

@@ -80,6 +80,11 @@ pub fn write_event(out: &mut BytesMut, lines: &str, data: &serde_json::Value) {
     out.extend_from_slice(b"\n\n");
 }
 
+/// An event's data as JSON, when it is.
+pub fn event_json(event: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_str(&event_data(event)?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
