@@ -327,22 +327,7 @@ impl Gateway {
         body: Bytes,
         watch: Watch,
     ) -> Result<Ending, ApiError> {
-        let req = session.req_header();
-        let mut headers: Vec<(http::HeaderName, String)> = Vec::with_capacity(server.headers.len() + 5);
-        for name in PASSED_REQUEST_HEADERS {
-            if let Some(v) = req.headers.get(*name).and_then(|v| v.to_str().ok()) {
-                headers.push((http::HeaderName::from_static(name), v.to_string()));
-            }
-        }
-        if method == "POST" {
-            headers.push((http::header::CONTENT_TYPE, "application/json".into()));
-            if !headers.iter().any(|(k, _)| k == http::header::ACCEPT) {
-                headers.push((http::header::ACCEPT, "application/json, text/event-stream".into()));
-            }
-        }
-        // The registered headers last: they are the server's credentials, and the client's
-        // `Authorization` (its Tollgate key) is never among the headers passed on.
-        headers.extend(server.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+        let headers = server_headers(&session.req_header().headers, server, method);
         let sent = Box::pin(self.upstream.send(&server.url.base, method, &server.url.path, &headers, body)).await;
         let resp = match sent {
             Ok(r) => r,
@@ -534,19 +519,9 @@ impl Gateway {
         let mut sse = SseSplitter::default();
         let mut held: Option<Bytes> = None;
         loop {
-            let events = match resp.next_chunk().await {
-                Ok(Some(chunk)) => sse.push(&chunk),
-                Ok(None) => {
-                    let rest: Vec<Bytes> = sse.finish().into_iter().collect();
-                    let mut out = BytesMut::new();
-                    for e in rest {
-                        self.mcp_event(ctx, server, &watch, e, &mut out, &mut held);
-                    }
-                    if !out.is_empty() && session.write_response_body(Some(out.freeze()), false).await.is_err() {
-                        return Ending::Gone;
-                    }
-                    break;
-                }
+            let (events, last) = match resp.next_chunk().await {
+                Ok(Some(chunk)) => (sse.push(&chunk), false),
+                Ok(None) => (sse.finish().into_iter().collect(), true),
                 Err(e) => {
                     log::warn!("request {}: tool server {} broke off its stream: {e}", ctx.request_id, server.name);
                     if watch.id().is_some() && held.is_none() {
@@ -562,23 +537,12 @@ impl Gateway {
             if !out.is_empty() && session.write_response_body(Some(out.freeze()), false).await.is_err() {
                 return Ending::Gone;
             }
-        }
-        resp.release().await;
-        match (watch.id(), held) {
-            (_, Some(last)) => Ending::Tail { bytes: Some(last), stream: None },
-            (None, None) => Ending::Tail { bytes: None, stream: None },
-            (Some(id), None) => {
-                // The stream ended without the answer: the client still gets one.
-                if ctx.upstream == UpstreamOutcome::Skipped || ctx.upstream == UpstreamOutcome::Pass {
-                    ctx.upstream = UpstreamOutcome::Fail;
-                }
-                let e = ApiError::new(
-                    ErrorKind::UpstreamError,
-                    format!("tool server `{}` ended its stream without an answer", server.name),
-                );
-                Ending::Tail { bytes: Some(sse_event(&e.jsonrpc(id))), stream: None }
+            if last {
+                break;
             }
         }
+        resp.release().await;
+        stream_ending(ctx, server, &watch, held)
     }
 
     /// One event of an SSE answer: appended to `out`, or (the watched answer) put in `held`.
@@ -611,6 +575,47 @@ impl Gateway {
             Err(refusal) => rewrite_event(&event, &refusal),
         });
     }
+}
+
+/// The ending of a tool server's stream: the held answer, or (the stream ended without it)
+/// the answer the client still gets.
+fn stream_ending(ctx: &mut Ctx, server: &ToolServer, watch: &Watch, held: Option<Bytes>) -> Ending {
+    match (watch.id(), held) {
+        (_, Some(last)) => Ending::Tail { bytes: Some(last), stream: None },
+        (None, None) => Ending::Tail { bytes: None, stream: None },
+        (Some(id), None) => {
+            // The stream ended without the answer: the client still gets one.
+            if ctx.upstream == UpstreamOutcome::Skipped || ctx.upstream == UpstreamOutcome::Pass {
+                ctx.upstream = UpstreamOutcome::Fail;
+            }
+            let e = ApiError::new(
+                ErrorKind::UpstreamError,
+                format!("tool server `{}` ended its stream without an answer", server.name),
+            );
+            Ending::Tail { bytes: Some(sse_event(&e.jsonrpc(id))), stream: None }
+        }
+    }
+}
+
+/// The headers the tool server gets: the MCP transport's, as the client sent them, then the
+/// server's registered ones.
+fn server_headers(client: &HeaderMap, server: &ToolServer, method: &str) -> Vec<(http::HeaderName, String)> {
+    let mut headers: Vec<(http::HeaderName, String)> = Vec::with_capacity(server.headers.len() + 5);
+    for name in PASSED_REQUEST_HEADERS {
+        if let Some(v) = client.get(*name).and_then(|v| v.to_str().ok()) {
+            headers.push((http::HeaderName::from_static(name), v.to_string()));
+        }
+    }
+    if method == "POST" {
+        headers.push((http::header::CONTENT_TYPE, "application/json".into()));
+        if !headers.iter().any(|(k, _)| k == http::header::ACCEPT) {
+            headers.push((http::header::ACCEPT, "application/json, text/event-stream".into()));
+        }
+    }
+    // The registered headers last: they are the server's credentials, and the client's
+    // `Authorization` (its Tollgate key) is never among the headers passed on.
+    headers.extend(server.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+    headers
 }
 
 /// `event` with its data replaced by `data` (its other lines, e.g. `id:`, kept).

@@ -30,11 +30,7 @@ pub(super) async fn relay_events(
     let status = resp.header().status.as_u16();
     let stream = Some((plan.dialect, plan.flavor));
     let mut out = Relayed::unfinished(status);
-    let mut fields = answer_fields(&resp, &plan);
-    if !session.is_http2() {
-        fields.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-    }
-    if session.write_response_header(Box::new(header::response(status, fields)), false).await.is_err() {
+    if !open(session, &resp, &plan, status).await {
         out.ending = Ending::Gone;
         return out;
     }
@@ -56,15 +52,9 @@ pub(super) async fn relay_events(
             }
         };
         let (forward, blocked) = st.sort(&chunk, &mut plan, &mut out);
-        if !forward.is_empty() {
-            let forward = forward.freeze();
-            if let Some(c) = st.capture.as_mut() {
-                c.extend_from_slice(&forward);
-            }
-            if session.write_response_body(Some(forward), false).await.is_err() {
-                out.ending = Ending::Gone;
-                return out;
-            }
+        if !st.write(session, forward).await {
+            out.ending = Ending::Gone;
+            return out;
         }
         if let Some(e) = blocked {
             // Headers are out: the refusal travels as the stream's last event.
@@ -87,6 +77,15 @@ pub(super) async fn relay_events(
     resp.release().await;
     out.ending = Ending::Tail { bytes: (!tail.is_empty()).then_some(tail), stream };
     out
+}
+
+/// Open: the answer's header, sent at once; false when the client is gone.
+async fn open(session: &mut Session, resp: &UpstreamResponse<'_>, plan: &RelayPlan<'_>, status: u16) -> bool {
+    let mut fields = answer_fields(resp, plan);
+    if !session.is_http2() {
+        fields.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
+    session.write_response_header(Box::new(header::response(status, fields)), false).await.is_ok()
 }
 
 /// What [`relay_events`] keeps between chunks.
@@ -139,6 +138,18 @@ impl<'a> EventStream<'a> {
                 self.translating.as_mut().map(Translating::finish)
             }
         })
+    }
+
+    /// Write: what may go out now (kept for the cache too); false when the client is gone.
+    async fn write(&mut self, session: &mut Session, forward: BytesMut) -> bool {
+        if forward.is_empty() {
+            return true;
+        }
+        let forward = forward.freeze();
+        if let Some(c) = self.capture.as_mut() {
+            c.extend_from_slice(&forward);
+        }
+        session.write_response_body(Some(forward), false).await.is_ok()
     }
 
     /// Sort: each whole event of `chunk` is read for usage and failure, scanned, and put out or

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use http::header::HeaderValue;
+use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use super::outcome::UpstreamOutcome;
@@ -29,20 +30,7 @@ pub(super) async fn relay_passthrough(
     mut out: Relayed,
     transform: &mut (dyn FnMut(Bytes) -> Piece + Send),
 ) -> Relayed {
-    // A relay that may rewrite chunks cannot promise the upstream's length.
-    let upstream_len =
-        resp.header().headers.get(http::header::CONTENT_LENGTH).cloned().filter(|_| !plan.cx.scan_answer);
-    let mut fields = answer_fields(&resp, plan);
-    match upstream_len {
-        Some(len) => {
-            fields.insert(http::header::CONTENT_LENGTH, len);
-        }
-        None if !session.is_http2() => {
-            fields.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-        }
-        None => {}
-    }
-    let header = header::response(out.status, fields);
+    let header = passthrough_header(session, &resp, plan, out.status);
     if session.write_response_header(Box::new(header), false).await.is_err() {
         out.ending = Ending::Gone;
         return out;
@@ -89,4 +77,28 @@ pub(super) async fn relay_passthrough(
     resp.release().await;
     out.ending = Ending::Tail { bytes: held, stream: None };
     out
+}
+
+/// The answer's header: the upstream's length when the chunks pass unchanged, else chunked
+/// (HTTP/1.1; HTTP/2 frames its own).
+fn passthrough_header(
+    session: &Session,
+    resp: &UpstreamResponse<'_>,
+    plan: &RelayPlan<'_>,
+    status: u16,
+) -> ResponseHeader {
+    // A relay that may rewrite chunks cannot promise the upstream's length.
+    let upstream_len =
+        resp.header().headers.get(http::header::CONTENT_LENGTH).cloned().filter(|_| !plan.cx.scan_answer);
+    let mut fields = answer_fields(resp, plan);
+    match upstream_len {
+        Some(len) => {
+            fields.insert(http::header::CONTENT_LENGTH, len);
+        }
+        None if !session.is_http2() => {
+            fields.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        }
+        None => {}
+    }
+    header::response(status, fields)
 }

@@ -16,7 +16,7 @@ use crate::gateway::header;
 use crate::gateway::responses;
 use crate::providers::usage::{self, Usage};
 use crate::receipts::CheckResult;
-use crate::upstream::UpstreamResponse;
+use crate::upstream::{UpstreamError, UpstreamResponse};
 
 /// Non-streamed answers are held whole up to this size: their last byte waits for the receipt,
 /// their usage is read from them, and answer-side checks see them before they leave. Larger
@@ -71,75 +71,39 @@ fn provider_message(body: &[u8]) -> Option<String> {
 }
 
 /// A non-streamed answer: held whole (it is small), checked, and handed back as the ending.
-pub(super) async fn relay_body(session: &mut Session, mut resp: UpstreamResponse<'_>, plan: RelayPlan<'_>) -> Relayed {
+pub(super) async fn relay_body(
+    session: &mut Session,
+    mut resp: UpstreamResponse<'_>,
+    mut plan: RelayPlan<'_>,
+) -> Relayed {
     let status = resp.header().status.as_u16();
     let mut out = Relayed::unfinished(status);
-    let mut kept: Vec<Bytes> = Vec::new();
-    let mut kept_len = 0usize;
-    loop {
-        match resp.next_chunk().await {
-            Ok(Some(c)) if kept_len + c.len() <= WHOLE_BODY_CAP => {
-                kept_len += c.len();
-                kept.push(c);
-            }
-            Ok(Some(c)) => {
-                kept.push(c);
-                return relay_large_body(session, resp, plan, kept, out).await;
-            }
-            Ok(None) => break,
-            Err(e) => {
-                out.outcome = UpstreamOutcome::from_error(&e);
-                log::warn!("upstream answer could not be read whole: {e}");
-                let err = ApiError::new(ErrorKind::UpstreamError, format!("{}'s answer broke off", plan.provider));
-                out.status = err.status();
-                out.ending = Ending::error(&err, plan.flavor, plan.headers.to_vec());
-                return out;
-            }
+    let body = match read_whole(&mut resp).await {
+        Ok(Read::Whole(body)) => body,
+        Ok(Read::Large(kept)) => return relay_large_body(session, resp, plan, kept, out).await,
+        Err(e) => {
+            out.outcome = UpstreamOutcome::from_error(&e);
+            log::warn!("upstream answer could not be read whole: {e}");
+            let err = ApiError::new(ErrorKind::UpstreamError, format!("{}'s answer broke off", plan.provider));
+            out.status = err.status();
+            out.ending = Ending::error(&err, plan.flavor, plan.headers.to_vec());
+            return out;
         }
-    }
-    let body = match kept.len() {
-        1 => kept.pop().unwrap_or_default(),
-        _ => Bytes::from(kept.concat()),
     };
     out.outcome = UpstreamOutcome::Pass;
     out.usage = usage::from_json_bytes(plan.wire, &body);
     if let Some(claim) = plan.stored {
         responses::answer_ids(&body).iter().for_each(|id| claim(id));
     }
-    let body = match plan.translation.as_ref().map(|t| translate_body(t, &body)) {
-        None => body,
-        Some(Ok(translated)) => translated,
-        Some(Err(e)) => {
-            out.outcome = UpstreamOutcome::Fail;
+    let sent = match answer_as_sent(&mut plan, &mut out, body) {
+        Ok(sent) => sent,
+        Err(e) => {
             out.status = e.status();
             out.ending = Ending::error(&e, plan.flavor, plan.headers.to_vec());
             resp.release().await;
             return out;
         }
     };
-    if plan.read_model {
-        out.model = usage::answer_model(&body);
-    }
-    let mut sent = body;
-    if plan.cx.scan_answer {
-        // Checks read the bytes; a JSON tree is built only if one of them needs it (to redact).
-        let mut answer = JsonBody::lazy(sent.clone());
-        match plan.pipeline.on_response(&mut ResponsePiece::Json(&mut answer), plan.cx) {
-            Ok(()) => {
-                if let Some(v) =
-                    answer.built().filter(|_| plan.cx.response_checks.iter().any(|c| c.result == CheckResult::Redact))
-                {
-                    sent = serde_json::to_vec(v).map(Bytes::from).unwrap_or(sent);
-                }
-            }
-            Err(e) => {
-                out.status = e.status();
-                out.ending = Ending::error(&e, plan.flavor, plan.headers.to_vec());
-                resp.release().await;
-                return out;
-            }
-        }
-    }
     let mut fields = answer_fields(&resp, &plan);
     fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(sent.len()));
     let header = header::response(status, fields);
@@ -154,6 +118,56 @@ pub(super) async fn relay_body(session: &mut Session, mut resp: UpstreamResponse
     resp.release().await;
     out.ending = Ending::Whole(Box::new(header), sent);
     out
+}
+
+/// An answer read whole, or the first chunks of one over [`WHOLE_BODY_CAP`].
+enum Read {
+    Whole(Bytes),
+    Large(Vec<Bytes>),
+}
+
+async fn read_whole(resp: &mut UpstreamResponse<'_>) -> Result<Read, UpstreamError> {
+    let mut kept: Vec<Bytes> = Vec::new();
+    let mut kept_len = 0usize;
+    while let Some(c) = resp.next_chunk().await? {
+        kept_len += c.len();
+        kept.push(c);
+        if kept_len > WHOLE_BODY_CAP {
+            return Ok(Read::Large(kept));
+        }
+    }
+    Ok(Read::Whole(match kept.len() {
+        1 => kept.pop().unwrap_or_default(),
+        _ => Bytes::from(kept.concat()),
+    }))
+}
+
+/// The answer as the client gets it: translated, and through the answer-side checks (which
+/// may redact it). `Err` is what the client gets instead; an answer that cannot be translated
+/// is the provider's failure.
+fn answer_as_sent(plan: &mut RelayPlan<'_>, out: &mut Relayed, body: Bytes) -> Result<Bytes, ApiError> {
+    let body = match plan.translation.as_ref().map(|t| translate_body(t, &body)) {
+        None => body,
+        Some(Ok(translated)) => translated,
+        Some(Err(e)) => {
+            out.outcome = UpstreamOutcome::Fail;
+            return Err(e);
+        }
+    };
+    if plan.read_model {
+        out.model = usage::answer_model(&body);
+    }
+    if !plan.cx.scan_answer {
+        return Ok(body);
+    }
+    // Checks read the bytes; a JSON tree is built only if one of them needs it (to redact).
+    let mut answer = JsonBody::lazy(body.clone());
+    plan.pipeline.on_response(&mut ResponsePiece::Json(&mut answer), plan.cx)?;
+    let redacted = plan.cx.response_checks.iter().any(|c| c.result == CheckResult::Redact);
+    Ok(match answer.built().filter(|_| redacted) {
+        Some(v) => serde_json::to_vec(v).map(Bytes::from).unwrap_or(body),
+        None => body,
+    })
 }
 
 /// A non-streamed answer over [`WHOLE_BODY_CAP`]: relayed as it comes, its last chunk held back.
