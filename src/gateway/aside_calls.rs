@@ -34,7 +34,8 @@ pub(super) enum SideCall {
     /// Answered by the gateway itself: a model list, a message MCP does not take.
     Answered(Ending),
     /// Passed to a provider as the client sent it (count_tokens, calls on stored responses).
-    Provider(ProviderSide),
+    /// Boxed: it carries the answer-side checks' state, and the other variants are small.
+    Provider(Box<ProviderSide>),
     /// Passed to a tool server (`mcp.rs`).
     Mcp(Passing),
 }
@@ -68,12 +69,16 @@ impl Gateway {
         match aside {
             Aside::Models => Ok(SideCall::Answered(self.model_list(session, ctx, &key)?)),
             Aside::Model(id) => Ok(SideCall::Answered(self.model_info(session, ctx, &key, &id)?)),
-            Aside::CountTokens => self.admit_count_tokens(session, ctx, key).await.map(SideCall::Provider),
+            Aside::CountTokens => {
+                self.admit_count_tokens(session, ctx, key).await.map(|s| SideCall::Provider(Box::new(s)))
+            }
             Aside::Mcp(_) => Err(ApiError::internal("unreachable: MCP is admitted by admit_mcp")),
             Aside::ResponseRetrieve(_)
             | Aside::ResponseDelete(_)
             | Aside::ResponseInputItems(_)
-            | Aside::ResponseInputTokens => self.admit_stored(session, ctx, key, &aside).await.map(SideCall::Provider),
+            | Aside::ResponseInputTokens => {
+                self.admit_stored(session, ctx, key, &aside).await.map(|s| SideCall::Provider(Box::new(s)))
+            }
         }
     }
 
@@ -86,7 +91,7 @@ impl Gateway {
     ) -> Result<Ending, ApiError> {
         match call {
             SideCall::Answered(ending) => Ok(ending),
-            SideCall::Provider(side) => self.forward_provider_side(session, ctx, side).await,
+            SideCall::Provider(side) => self.forward_provider_side(session, ctx, *side).await,
             SideCall::Mcp(pass) => self.forward_passing(session, ctx, pass).await,
         }
     }
@@ -138,9 +143,6 @@ impl Gateway {
         };
         Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), &ctx.answer_headers()))
     }
-
-    /// Passed to Anthropic with the tenant's credential; the key's allowlist and policies apply
-    /// to the model it names, and its own per-minute rate.
 
     /// Admit a count_tokens call: passed to Anthropic with the tenant's credential; the key's
     /// allowlist and policies apply to the model it names, and its own per-minute rate.
