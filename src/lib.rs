@@ -6,7 +6,8 @@
 //! client ─► gateway listener (Pingora proxy service, `gateway`)
 //!   new_ctx ........ pin one Snapshot (keys, credentials, policies, budgets, prices) via ArcSwap
 //!   request_filter . admit: key lookup by SHA-256 in the snapshot, route (404), bounded body
-//!                    read (413), parse and validate (400), pick provider (`gateway::admit`)
+//!                    read (413), parse and validate (400), pick provider (`gateway::lifecycle`,
+//!                    the same stages for every route kind: `model_call`, `mcp`, `aside_calls`)
 //!                  → decide: pipeline.on_request (`src/checks/`): ALLOWLIST, policy, RATELIMIT,
 //!                    BUDGET, GUARDRAIL, CACHE — a block answers its envelope, a hit replays
 //!                  → forward: provider adapter builds the upstream request (client key

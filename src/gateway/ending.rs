@@ -2,14 +2,15 @@
 //! (headers, earlier stream events) and its [`Ending`], which the gateway sends only after the
 //! request's receipt is committed (docs/API.md, "No answer without its receipt").
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 
 use super::header;
-use super::relay::error_event;
+use super::responses;
+use super::sse::write_event;
 use crate::checks::pipeline::Cached;
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::Dialect;
@@ -105,4 +106,19 @@ impl Ending {
             Ending::Abort => Err(Error::explain(ErrorType::WriteError, "the answer is cut off without its end")),
         }
     }
+}
+
+/// A refusal in the stream's own format, as its last event.
+pub fn error_event(dialect: Dialect, flavor: Flavor, e: &ApiError) -> Bytes {
+    let mut out = BytesMut::new();
+    match dialect {
+        Dialect::Anthropic => out.extend_from_slice(b"event: error\n"),
+        Dialect::Responses => {
+            write_event(&mut out, "event: error\n", &responses::error_event(e.envelope(flavor)));
+            return out.freeze();
+        }
+        _ => {}
+    }
+    write_event(&mut out, "", &e.envelope(flavor));
+    out.freeze()
 }

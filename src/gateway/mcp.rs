@@ -20,12 +20,16 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde_json::Value;
 
+use super::body;
+use super::checked::Checked;
+use super::client::{header_str, presented_key};
+use super::context::Ctx;
 use super::ending::Ending;
 use super::header;
+use super::relay::UpstreamOutcome;
 use super::sse::{event_data, SseSplitter};
-use super::{body, header_str, Ctx, Gateway};
-use crate::checks::pipeline::UpstreamOutcome;
-use crate::checks::pipeline::{Exchange, JsonBody, ResponsePiece, Step};
+use super::state::Gateway;
+use crate::checks::pipeline::{Cached, Exchange, JsonBody, ResponsePiece};
 use crate::checks::policy::{Decision, Facts};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::Dialect;
@@ -39,13 +43,6 @@ const WHOLE_BODY_CAP: usize = 16 << 20;
 
 /// Request headers of the MCP transport passed to the server as the client sent them.
 const PASSED_REQUEST_HEADERS: &[&str] = &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
-
-/// The server name of an `/mcp/{server}` path.
-pub fn server_name(path: &str) -> Option<String> {
-    let rest = path.strip_prefix("/mcp/")?;
-    let name = percent_encoding::percent_decode_str(rest.trim_end_matches('/')).decode_utf8().ok()?;
-    (!name.is_empty() && !name.contains('/')).then(|| name.into_owned())
-}
 
 /// A tool name as a metric label: names are the client's to choose, so an unusual one (long,
 /// or outside the usual characters) is counted as `other` rather than growing the label set.
@@ -135,127 +132,191 @@ fn tool_name(msg: &Value) -> Result<String, ApiError> {
     }
 }
 
+/// An MCP `tools/call` the admit stage let in: it has the checks and one `tool_call` receipt.
+pub(super) struct ToolCall {
+    server: Arc<ToolServer>,
+    key: Arc<KeyEntry>,
+    /// The JSON-RPC id its answer carries.
+    id: Value,
+    /// The message; it moves into the checks' exchange.
+    msg: Value,
+    /// The message as the client sent it, forwarded unless a check edited it.
+    raw: Bytes,
+    tool: String,
+}
+
+/// An MCP message passed to the tool server without the checks or a receipt: any message but
+/// a `tools/call`, the server's own stream (GET), the end of a session (DELETE).
+pub(super) struct Passing {
+    server: Arc<ToolServer>,
+    method: &'static str,
+    body: Bytes,
+    watch: Watch,
+}
+
+/// What the admit stage makes of an `/mcp/{server}` request.
+pub(super) enum McpAdmitted {
+    Call(ToolCall),
+    Pass(Passing),
+    /// Refused in the transport's or JSON-RPC's own terms (an answer, not an error envelope).
+    Answered(Ending),
+}
+
+impl Checked for ToolCall {
+    fn exchange(&mut self, _session: &Session, ctx: &Ctx) -> Exchange {
+        Exchange {
+            snap: ctx.snap.clone(),
+            key: self.key.clone(),
+            kind: Kind::ToolCall,
+            route: "/mcp",
+            dialect: Dialect::OpenAi,
+            provider: self.server.name.clone().into(),
+            model: self.tool.clone(),
+            tool: Some(std::mem::take(&mut self.tool)),
+            betas: Vec::new(),
+            stream: false,
+            max_tokens: None,
+            prompt_tokens_est: 0,
+            body: JsonBody::parsed(self.msg.take()),
+            body_changed: false,
+            no_cache: true,
+            now: chrono::Utc::now(),
+        }
+    }
+
+    fn edits_body(&self, ex: &Exchange) -> bool {
+        ex.body_changed
+    }
+
+    fn refused(&self, ctx: &mut Ctx, e: ApiError) -> Result<Ending, ApiError> {
+        ctx.error = Some(e.kind);
+        Ok(rpc_refusal(&e, &self.id, ctx.answer_headers()))
+    }
+
+    /// The cache never serves tool calls (plugins/cache.rs).
+    fn served(&self, ctx: &mut Ctx, _hit: Cached) -> Result<Ending, ApiError> {
+        Ok(rpc_refusal(&ApiError::internal("a tool call cannot be cached"), &self.id, ctx.answer_headers()))
+    }
+}
+
+/// What the gateway watches in the answer to this JSON-RPC message, or why the message is not
+/// one it takes (a JSON-RPC error code and message).
+fn rpc_watch(msg: &Value, key: &Arc<KeyEntry>) -> Result<Watch, (i64, &'static str)> {
+    let obj = match msg {
+        Value::Object(o) => o,
+        // MCP 2025-06-18 dropped JSON-RPC batches; taking them would also let a `tools/call`
+        // ride in a batch past the per-call checks.
+        Value::Array(_) => return Err((-32600, "JSON-RPC batches are not supported: send one message per request")),
+        _ => return Err((-32600, "a JSON-RPC message must be a JSON object")),
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((-32600, "`jsonrpc` must be \"2.0\""));
+    }
+    let id = obj.get("id").filter(|v| v.is_string() || v.is_number()).cloned();
+    if obj.get("id").is_some_and(|v| !(v.is_string() || v.is_number() || v.is_null())) {
+        return Err((-32600, "`id` must be a string or a number"));
+    }
+    let method = match obj.get("method") {
+        Some(Value::String(m)) => Some(m.as_str()),
+        Some(_) => return Err((-32600, "`method` must be a string")),
+        // A response to a request of the server's, or not JSON-RPC at all.
+        None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => None,
+        None => return Err((-32600, "a JSON-RPC request needs `method`")),
+    };
+    Ok(match (method, id) {
+        (Some("tools/call"), Some(id)) => Watch::Call(id),
+        (Some("tools/call"), None) => return Err((-32600, "`tools/call` is a request: it needs an `id`")),
+        (Some("tools/list"), Some(id)) => Watch::List(id, key.clone()),
+        _ => Watch::None,
+    })
+}
+
 impl Gateway {
-    /// Answers `/mcp/{server}`.
-    pub(super) async fn mcp(&self, session: &mut Session, ctx: &mut Ctx, name: &str) -> Result<Ending, ApiError> {
+    /// Admit `/mcp/{server}`: the key and the tenant's server, then the message.
+    pub(super) async fn admit_mcp(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        name: &str,
+    ) -> Result<McpAdmitted, ApiError> {
         // The key is put into `ctx` only for a `tools/call`: that alone leaves a receipt.
-        let key =
-            super::presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
         key.touch();
         // Another tenant's server is not found, exactly like a name nobody registered.
         let server = ctx.snap.tool_server(key.tenant_id(), name).cloned().ok_or_else(|| {
             ApiError::not_found(&format!("tool server `{name}`: register it with POST /v1/tool-servers"))
         })?;
-        let method = session.req_header().method.clone();
-        match method.as_str() {
+        let pass = |method| {
+            McpAdmitted::Pass(Passing { server: server.clone(), method, body: Bytes::new(), watch: Watch::None })
+        };
+        match session.req_header().method.as_str() {
             // The server's own stream, and the end of a session: passed through as they are.
-            "GET" | "DELETE" => {
-                self.mcp_forward(session, ctx, &server, method.as_str(), Bytes::new(), Watch::None).await
-            }
-            "POST" => self.mcp_post(session, ctx, key, server).await,
+            "GET" => Ok(pass("GET")),
+            "DELETE" => Ok(pass("DELETE")),
+            "POST" => self.admit_mcp_message(session, ctx, key, server).await,
             _ => Err(ApiError::new(ErrorKind::MethodNotAllowed, "MCP takes POST, GET and DELETE on /mcp/{server}")),
         }
     }
 
-    async fn mcp_post(
+    /// Admit a POSTed JSON-RPC message: a `tools/call` becomes a checked call with a receipt;
+    /// any other message passes.
+    async fn admit_mcp_message(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
         key: Arc<KeyEntry>,
         server: Arc<ToolServer>,
-    ) -> Result<Ending, ApiError> {
+    ) -> Result<McpAdmitted, ApiError> {
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
         let headers = ctx.answer_headers();
         let msg: Value = match serde_json::from_slice(&raw) {
             Ok(v) => v,
-            Err(e) => return Ok(malformed(-32700, &format!("parse error: the body is not JSON: {e}"), &headers)),
-        };
-        let obj = match &msg {
-            Value::Object(o) => o,
-            Value::Array(_) => {
-                // MCP 2025-06-18 dropped JSON-RPC batches; taking them would also let a
-                // `tools/call` ride in a batch past the per-call checks.
-                return Ok(malformed(
-                    -32600,
-                    "JSON-RPC batches are not supported: send one message per request",
-                    &headers,
-                ));
+            Err(e) => {
+                let message = format!("parse error: the body is not JSON: {e}");
+                return Ok(McpAdmitted::Answered(malformed(-32700, &message, &headers)));
             }
-            _ => return Ok(malformed(-32600, "a JSON-RPC message must be a JSON object", &headers)),
         };
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return Ok(malformed(-32600, "`jsonrpc` must be \"2.0\"", &headers));
-        }
-        let id = obj.get("id").filter(|v| v.is_string() || v.is_number()).cloned();
-        if obj.get("id").is_some_and(|v| !(v.is_string() || v.is_number() || v.is_null())) {
-            return Ok(malformed(-32600, "`id` must be a string or a number", &headers));
-        }
-        let method = match obj.get("method") {
-            Some(Value::String(m)) => Some(m.as_str()),
-            Some(_) => return Ok(malformed(-32600, "`method` must be a string", &headers)),
-            // A response to a request of the server's, or not JSON-RPC at all.
-            None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => None,
-            None => return Ok(malformed(-32600, "a JSON-RPC request needs `method`", &headers)),
+        let id = match rpc_watch(&msg, &key) {
+            Ok(Watch::Call(id)) => id,
+            Ok(watch) => return Ok(McpAdmitted::Pass(Passing { server, method: "POST", body: raw, watch })),
+            Err((code, message)) => return Ok(McpAdmitted::Answered(malformed(code, message, &headers))),
         };
-        let watch = match (method, id) {
-            (Some("tools/call"), Some(id)) => Watch::Call(id),
-            (Some("tools/call"), None) => {
-                return Ok(malformed(-32600, "`tools/call` is a request: it needs an `id`", &headers));
-            }
-            (Some("tools/list"), Some(id)) => Watch::List(id, key.clone()),
-            _ => Watch::None,
-        };
-        let Watch::Call(id) = &watch else {
-            return self.mcp_forward(session, ctx, &server, "POST", raw, watch).await;
-        };
-        let id = id.clone();
-
         // A tool call: from here on the request has a receipt.
         ctx.key = Some(key.clone());
         ctx.tool = Some(server.clone());
         ctx.end_user = header_str(session, "x-tollgate-actor");
         let tool = match tool_name(&msg) {
             Ok(t) => t,
-            Err(e) => return Ok(rpc_refusal(&e, &id, ctx.answer_headers())),
+            Err(e) => return Ok(McpAdmitted::Answered(rpc_refusal(&e, &id, ctx.answer_headers()))),
         };
         ctx.model = tool.clone();
-        let mut ex = Exchange {
-            snap: ctx.snap.clone(),
-            key,
-            kind: Kind::ToolCall,
-            route: "/mcp",
-            dialect: Dialect::OpenAi,
-            provider: server.name.clone().into(),
-            model: tool.clone(),
-            tool: Some(tool),
-            betas: Vec::new(),
-            stream: false,
-            max_tokens: None,
-            prompt_tokens_est: 0,
-            body: JsonBody::parsed(msg),
-            body_changed: false,
-            no_cache: true,
-            now: chrono::Utc::now(),
-        };
-        let step = self.pipeline.on_request(&mut ex, &mut ctx.cx).await;
-        ctx.body_changed = ex.body_changed;
-        let body =
-            if ex.body_changed { Bytes::from(serde_json::to_vec(ex.body.json()).unwrap_or_default()) } else { raw };
-        ctx.exchange = Some(ex);
-        match step {
-            Step::Continue => {}
-            Step::Block(e) => {
-                ctx.error = Some(e.kind);
-                return Ok(rpc_refusal(&e, &id, ctx.answer_headers()));
-            }
-            // The cache never serves tool calls (plugins/cache.rs).
-            Step::Serve(_) => {
-                return Ok(rpc_refusal(&ApiError::internal("a tool call cannot be cached"), &id, ctx.answer_headers()))
-            }
-        }
-        self.mcp_forward(session, ctx, &server, "POST", body, watch).await
+        Ok(McpAdmitted::Call(ToolCall { server, key, id, msg, raw, tool }))
     }
 
+    /// Forward a tool call to its server: the message as a check left it.
+    pub(super) async fn forward_tool_call(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        call: ToolCall,
+        json: Option<Value>,
+    ) -> Result<Ending, ApiError> {
+        let body = match json {
+            Some(edited) => Bytes::from(serde_json::to_vec(&edited).unwrap_or_default()),
+            None => call.raw,
+        };
+        self.mcp_forward(session, ctx, &call.server, "POST", body, Watch::Call(call.id)).await
+    }
+
+    /// Forward an MCP message that passes without the checks.
+    pub(super) async fn forward_passing(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        pass: Passing,
+    ) -> Result<Ending, ApiError> {
+        self.mcp_forward(session, ctx, &pass.server, pass.method, pass.body, pass.watch).await
+    }
     /// Sends one message to the server and relays its answer.
     async fn mcp_forward(
         &self,
@@ -266,22 +327,7 @@ impl Gateway {
         body: Bytes,
         watch: Watch,
     ) -> Result<Ending, ApiError> {
-        let req = session.req_header();
-        let mut headers: Vec<(http::HeaderName, String)> = Vec::with_capacity(server.headers.len() + 5);
-        for name in PASSED_REQUEST_HEADERS {
-            if let Some(v) = req.headers.get(*name).and_then(|v| v.to_str().ok()) {
-                headers.push((http::HeaderName::from_static(name), v.to_string()));
-            }
-        }
-        if method == "POST" {
-            headers.push((http::header::CONTENT_TYPE, "application/json".into()));
-            if !headers.iter().any(|(k, _)| k == http::header::ACCEPT) {
-                headers.push((http::header::ACCEPT, "application/json, text/event-stream".into()));
-            }
-        }
-        // The registered headers last: they are the server's credentials, and the client's
-        // `Authorization` (its Tollgate key) is never among the headers passed on.
-        headers.extend(server.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+        let headers = server_headers(&session.req_header().headers, server, method);
         let sent = Box::pin(self.upstream.send(&server.url.base, method, &server.url.path, &headers, body)).await;
         let resp = match sent {
             Ok(r) => r,
@@ -473,19 +519,9 @@ impl Gateway {
         let mut sse = SseSplitter::default();
         let mut held: Option<Bytes> = None;
         loop {
-            let events = match resp.next_chunk().await {
-                Ok(Some(chunk)) => sse.push(&chunk),
-                Ok(None) => {
-                    let rest: Vec<Bytes> = sse.finish().into_iter().collect();
-                    let mut out = BytesMut::new();
-                    for e in rest {
-                        self.mcp_event(ctx, server, &watch, e, &mut out, &mut held);
-                    }
-                    if !out.is_empty() && session.write_response_body(Some(out.freeze()), false).await.is_err() {
-                        return Ending::Gone;
-                    }
-                    break;
-                }
+            let (events, last) = match resp.next_chunk().await {
+                Ok(Some(chunk)) => (sse.push(&chunk), false),
+                Ok(None) => (sse.finish().into_iter().collect(), true),
                 Err(e) => {
                     log::warn!("request {}: tool server {} broke off its stream: {e}", ctx.request_id, server.name);
                     if watch.id().is_some() && held.is_none() {
@@ -501,23 +537,12 @@ impl Gateway {
             if !out.is_empty() && session.write_response_body(Some(out.freeze()), false).await.is_err() {
                 return Ending::Gone;
             }
-        }
-        resp.release().await;
-        match (watch.id(), held) {
-            (_, Some(last)) => Ending::Tail { bytes: Some(last), stream: None },
-            (None, None) => Ending::Tail { bytes: None, stream: None },
-            (Some(id), None) => {
-                // The stream ended without the answer: the client still gets one.
-                if ctx.upstream == UpstreamOutcome::Skipped || ctx.upstream == UpstreamOutcome::Pass {
-                    ctx.upstream = UpstreamOutcome::Fail;
-                }
-                let e = ApiError::new(
-                    ErrorKind::UpstreamError,
-                    format!("tool server `{}` ended its stream without an answer", server.name),
-                );
-                Ending::Tail { bytes: Some(sse_event(&e.jsonrpc(id))), stream: None }
+            if last {
+                break;
             }
         }
+        resp.release().await;
+        stream_ending(ctx, server, &watch, held)
     }
 
     /// One event of an SSE answer: appended to `out`, or (the watched answer) put in `held`.
@@ -552,6 +577,47 @@ impl Gateway {
     }
 }
 
+/// The ending of a tool server's stream: the held answer, or (the stream ended without it)
+/// the answer the client still gets.
+fn stream_ending(ctx: &mut Ctx, server: &ToolServer, watch: &Watch, held: Option<Bytes>) -> Ending {
+    match (watch.id(), held) {
+        (_, Some(last)) => Ending::Tail { bytes: Some(last), stream: None },
+        (None, None) => Ending::Tail { bytes: None, stream: None },
+        (Some(id), None) => {
+            // The stream ended without the answer: the client still gets one.
+            if ctx.upstream == UpstreamOutcome::Skipped || ctx.upstream == UpstreamOutcome::Pass {
+                ctx.upstream = UpstreamOutcome::Fail;
+            }
+            let e = ApiError::new(
+                ErrorKind::UpstreamError,
+                format!("tool server `{}` ended its stream without an answer", server.name),
+            );
+            Ending::Tail { bytes: Some(sse_event(&e.jsonrpc(id))), stream: None }
+        }
+    }
+}
+
+/// The headers the tool server gets: the MCP transport's, as the client sent them, then the
+/// server's registered ones.
+fn server_headers(client: &HeaderMap, server: &ToolServer, method: &str) -> Vec<(http::HeaderName, String)> {
+    let mut headers: Vec<(http::HeaderName, String)> = Vec::with_capacity(server.headers.len() + 5);
+    for name in PASSED_REQUEST_HEADERS {
+        if let Some(v) = client.get(*name).and_then(|v| v.to_str().ok()) {
+            headers.push((http::HeaderName::from_static(name), v.to_string()));
+        }
+    }
+    if method == "POST" {
+        headers.push((http::header::CONTENT_TYPE, "application/json".into()));
+        if !headers.iter().any(|(k, _)| k == http::header::ACCEPT) {
+            headers.push((http::header::ACCEPT, "application/json, text/event-stream".into()));
+        }
+    }
+    // The registered headers last: they are the server's credentials, and the client's
+    // `Authorization` (its Tollgate key) is never among the headers passed on.
+    headers.extend(server.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+    headers
+}
+
 /// `event` with its data replaced by `data` (its other lines, e.g. `id:`, kept).
 fn rewrite_event(event: &[u8], data: &Value) -> Bytes {
     let text = String::from_utf8_lossy(event);
@@ -581,16 +647,6 @@ fn answer_header(resp: &UpstreamResponse<'_>, status: u16, ours: &[(&'static str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn server_names_from_paths() {
-        assert_eq!(server_name("/mcp/search").as_deref(), Some("search"));
-        assert_eq!(server_name("/mcp/search/").as_deref(), Some("search"));
-        assert_eq!(server_name("/mcp/a%2Eb").as_deref(), Some("a.b"));
-        assert_eq!(server_name("/mcp/"), None);
-        assert_eq!(server_name("/mcp/a/b"), None);
-        assert_eq!(server_name("/v1/mcp/a"), None);
-    }
 
     #[test]
     fn refusals_are_json_rpc_errors_with_the_request_id() {

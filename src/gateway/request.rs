@@ -3,8 +3,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::responses::{self, StoredRef};
 use super::routes::Route;
+use super::stored::{self, StoredRef};
 use crate::config::ProviderName;
 use crate::error::ApiError;
 use crate::snapshot::Snapshot;
@@ -238,7 +238,7 @@ fn parse_responses(raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Resu
              arrives after the create answers, so it could not be checked against limits or billed",
         ));
     }
-    let refs = responses::references(&json)?;
+    let refs = stored::references(&json)?;
     let provider = pick_provider(Route::Responses, &model, snap)?;
     Ok(ParsedRequest {
         stream: json.get("stream").and_then(Value::as_bool).unwrap_or(false),

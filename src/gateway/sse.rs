@@ -67,6 +67,24 @@ pub fn event_data(event: &[u8]) -> Option<String> {
     data
 }
 
+/// The lines of an event other than `data:` (e.g. Anthropic's `event: …`).
+pub fn other_lines(event: &[u8]) -> String {
+    let text = String::from_utf8_lossy(event);
+    text.lines().filter(|l| !l.is_empty() && !l.starts_with("data:")).map(|l| format!("{l}\n")).collect()
+}
+
+pub fn write_event(out: &mut BytesMut, lines: &str, data: &serde_json::Value) {
+    out.extend_from_slice(lines.as_bytes());
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// An event's data as JSON, when it is.
+pub fn event_json(event: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_str(&event_data(event)?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! Response ownership rows (`gateway::responses::Owners`): who created a stored OpenAI response
+//! Response ownership rows (`gateway::stored::Owners`): who created a stored OpenAI response
 //! or one of its output items.
 
 use std::sync::Arc;

@@ -1,13 +1,13 @@
-//! OpenTelemetry traces (opt-in): one span per gateway request, with the GenAI semantic
-//! conventions' attributes, exported over OTLP/HTTP (protobuf) to a collector.
+//! OpenTelemetry traces (opt-in), exported over OTLP/HTTP (protobuf) to a collector. What a
+//! span says is its caller's business (the gateway's request span, `gateway::span`); here are
+//! the tracer and its exporter.
 //!
-//! The request path only records into its span ([`RequestSpan`]); an ended span is handed to the
-//! SDK's batch span processor through a bounded channel (dropped when full, never waited on),
-//! and the processor's own thread encodes and sends batches with reqwest's blocking client.
-//! With tracing off the gateway holds `None` and pays one branch per hook.
+//! An ended span is handed to the SDK's batch span processor through a bounded channel (dropped
+//! when full, never waited on), and the processor's own thread encodes and sends batches with
+//! reqwest's blocking client. With tracing off the gateway holds `None` and pays one branch per
+//! hook.
 
 mod export;
-mod span;
 
 use std::time::Duration;
 
@@ -16,7 +16,6 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
 use crate::config::TelemetrySection;
-pub use span::RequestSpan;
 
 /// The OTLP/HTTP path for traces, appended to a base endpoint.
 const TRACES_PATH: &str = "/v1/traces";
@@ -62,6 +61,16 @@ impl Tracing {
             cfg.capture_prompts
         );
         Ok(Some(Tracing { provider, tracer, capture_prompts: cfg.capture_prompts }))
+    }
+
+    /// The tracer spans are started with.
+    pub fn tracer(&self) -> &SdkTracer {
+        &self.tracer
+    }
+
+    /// Whether spans may carry the prompt (`telemetry.capture_prompts`).
+    pub fn captures_prompts(&self) -> bool {
+        self.capture_prompts
     }
 
     /// Exports what is still queued, waiting at most `limit`. Blocks: call it once, at exit.

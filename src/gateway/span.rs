@@ -11,8 +11,8 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::Span;
 use serde_json::Value;
 
-use super::Tracing;
 use crate::receipts::{Check, Draft, UpstreamStatus};
+use crate::telemetry::Tracing;
 
 /// The longest prompt attribute; longer prompts are cut (the attribute is then not valid JSON).
 const PROMPT_CAP: usize = 64 << 10;
@@ -25,14 +25,14 @@ pub struct RequestSpan {
     capture_prompts: bool,
 }
 
-impl Tracing {
+impl RequestSpan {
     /// Starts the span of a request that just arrived. Its name is the method until the route
     /// and model are known ([`RequestSpan::record`]).
-    pub fn start(&self, req: &pingora::http::RequestHeader, request_id: &str) -> RequestSpan {
+    pub fn start(tracing: &Tracing, req: &pingora::http::RequestHeader, request_id: &str) -> RequestSpan {
         let parent = TraceContextPropagator::new().extract(&HeaderExtractor(&req.headers));
         let path: String = req.uri.path().chars().take(256).collect();
-        let span = self
-            .tracer
+        let tracer = tracing.tracer();
+        let span = tracer
             .span_builder(req.method.as_str().to_owned())
             .with_kind(SpanKind::Server)
             .with_attributes([
@@ -40,8 +40,8 @@ impl Tracing {
                 KeyValue::new("url.path", path),
                 KeyValue::new("tollgate.request.id", request_id.to_owned()),
             ])
-            .start_with_context(&self.tracer, &parent);
-        RequestSpan { span: Box::new(span), capture_prompts: self.capture_prompts }
+            .start_with_context(tracer, &parent);
+        RequestSpan { span: Box::new(span), capture_prompts: tracing.captures_prompts() }
     }
 }
 
