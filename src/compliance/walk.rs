@@ -16,8 +16,8 @@ use super::memo::{Span, SpanMemo};
 use crate::checks::ORDER;
 use crate::receipts::merkle::{self, Hash, RootBuilder};
 use crate::receipts::signer::{self, RegisteredKey};
+use crate::receipts::StoredReceipt;
 use crate::receipts::{canonical, CheckName, CheckResult, Severity, Term, UpstreamStatus};
-use crate::store::receipts::StoredReceipt;
 
 /// The check names in pipeline order (`checks::ORDER`), then the upstream call.
 pub const CHECK_ORDER: [CheckName; ORDER.len() + 1] = {

@@ -3,6 +3,8 @@
 //! - `canonical`: the signed members, JCS bytes, hash, signature, key id (docs/receipts.md §1)
 //! - `signer`: the signing key file and the signing-key registry
 //! - `seal`: a batch of drafts after their tenants' chain heads → chained, signed rows (pure)
+//! - `rows`: a sealed batch → the plain rows every store backend writes (the one write path)
+//! - `stored`: stored receipts as the API and the compliance walks read them
 //! - `writer`: the background service that hands queued drafts to the store in batches
 //! - `chain`: re-deriving hashes and links over a range (verify-chain)
 //! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (docs/receipts.md §3)
@@ -11,8 +13,10 @@
 pub mod canonical;
 pub mod chain;
 pub mod merkle;
+pub mod rows;
 pub mod seal;
 pub mod signer;
+pub mod stored;
 pub mod vocabulary;
 pub mod writer;
 
@@ -20,6 +24,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use canonical::Receipt;
+pub use stored::StoredReceipt;
 pub use vocabulary::{Check, CheckName, CheckResult, Severity, Term, UpstreamStatus};
 
 /// What the request path hands to the writer: everything but the chain fields.

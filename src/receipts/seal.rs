@@ -1,5 +1,6 @@
 //! Sealing a batch: each tenant's chain head and queued drafts in, chained and signed rows out.
-//! Pure (no I/O): the store locks the heads, calls [`Batch::seal`] and writes what it returns.
+//! Pure (no I/O): the store locks the heads, calls [`Batch::seal`] (through `receipts::rows`)
+//! and writes what it returns.
 //!
 //! Per draft: `seq` = head + 1, `prevHash` = the previous `thisHash`, JCS into the batch's one
 //! canonical buffer, `thisHash` = SHA-256 of those bytes, then Ed25519 over the same bytes.
@@ -14,16 +15,11 @@ use sha2::{Digest, Sha256};
 use super::canonical::{self, GENESIS};
 use super::signer::Signer;
 use super::Draft;
+/// A tenant's chain head: the newest receipt's `seq` and `thisHash` (the store's row).
+pub use crate::store::receipts::Head;
 
 /// Bytes of canonical JSON to reserve per receipt (a receipt with a few checks is ~600).
 const CANONICAL_PER_RECEIPT: usize = 640;
-
-/// A tenant's chain head: the newest receipt's `seq` and `thisHash`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    pub seq: u64,
-    pub hash: Arc<str>,
-}
 
 impl Head {
     /// The head before a tenant's first receipt: `seq` 0, the genesis hash.

@@ -32,11 +32,8 @@ use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
-use super::receipts::{sqlite_head, Record, SqliteAppender};
+use super::receipts::{sqlite_head, ChainRules, Head, Record, Seal, SqliteAppender};
 use super::StoreError;
-use crate::receipts::seal::{Batch, Head};
-use crate::receipts::signer::Signer;
-use crate::receipts::Draft;
 
 /// A segment is closed and a new one started past this size; the applier deletes closed
 /// segments once their records are applied.
@@ -182,13 +179,13 @@ fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
 /// in chain order, a tenant's in one transaction with its head); the next one must continue the
 /// head exactly, or the journal and the database disagree and the gateway does not start.
 /// Returns how many records were written.
-pub fn replay(db_file: &Path, busy: Duration) -> Result<usize, StoreError> {
+pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules) -> Result<usize, StoreError> {
     let dir = dir_of(db_file);
     let all = segments(&dir)?;
     if all.is_empty() {
         return Ok(0);
     }
-    let mut conn = SqliteAppender::open(db_file, busy)?;
+    let mut conn = SqliteAppender::open(db_file, busy, rules)?;
     let mut heads: HashMap<String, Head> = HashMap::default();
     let mut todo: Vec<Record> = Vec::new();
     let newest = all.last().map(|(n, _)| *n);
@@ -196,7 +193,7 @@ pub fn replay(db_file: &Path, busy: Duration) -> Result<usize, StoreError> {
         for r in read_segment(path, Some(*n) == newest)? {
             let head = match heads.get(r.tenant_id()) {
                 Some(h) => h.clone(),
-                None => conn.head(r.tenant_id())?.unwrap_or_else(Head::genesis),
+                None => conn.head(r.tenant_id())?.unwrap_or_else(|| rules.genesis_head()),
             };
             if r.seq() <= head.seq {
                 heads.insert(r.tenant_id().to_string(), head);
@@ -414,6 +411,7 @@ pub struct JournalWriter {
     /// The write failed part way: start a new segment before the next one.
     broken: bool,
     heads: HashMap<Arc<str>, Head>,
+    rules: ChainRules,
     /// A read connection for the head of a tenant seen for the first time.
     reader: rusqlite::Connection,
     buf: Vec<u8>,
@@ -435,6 +433,7 @@ pub fn open(
     db_file: &Path,
     timeout: Duration,
     apply_every: Duration,
+    rules: ChainRules,
 ) -> Result<(JournalWriter, Applier, Arc<Progress>), StoreError> {
     let dir = dir_of(db_file);
     std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
@@ -453,7 +452,7 @@ pub fn open(
     });
     let applier = Applier {
         handoff,
-        conn: SqliteAppender::open(db_file, timeout)?,
+        conn: SqliteAppender::open(db_file, timeout, rules)?,
         dir: dir.clone(),
         progress: progress.clone(),
     };
@@ -464,6 +463,7 @@ pub fn open(
         size,
         broken: false,
         heads: HashMap::default(),
+        rules,
         reader,
         buf: Vec::new(),
         progress: progress.clone(),
@@ -480,37 +480,34 @@ fn open_segment(dir: &Path, n: u64) -> Result<(std::fs::File, u64), StoreError> 
 }
 
 impl JournalWriter {
-    /// Seals `drafts` after the heads this writer keeps and journals them: when it returns Ok
-    /// they are committed. Refused while the applier has been failing for longer than the
+    /// Seals a batch after the heads this writer keeps and journals its records: when it returns
+    /// Ok they are committed. Refused while the applier has been failing for longer than the
     /// commit timeout (the database takes no receipts: answers would outrun what readers can
     /// see).
-    pub fn append(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
+    pub fn append(&mut self, seal: &mut dyn Seal) -> Result<usize, StoreError> {
         if let Some(failing) = self.progress.failing_for().filter(|f| *f > self.progress.timeout) {
             return Err(StoreError::Unavailable(format!(
                 "the database has taken no receipts for {failing:?} (the journal holds them)"
             )));
         }
         self.wait_for_room()?;
-        let batch = Batch::new(drafts);
         let mut heads = Vec::new();
-        for tenant in batch.tenants() {
-            let id = &tenant[0].tenant_id;
-            let head = match self.heads.get(id) {
+        for tenant in seal.tenants() {
+            let head = match self.heads.get(&tenant) {
                 Some(h) => h.clone(),
-                None => sqlite_head(&self.reader, id)?.unwrap_or_else(Head::genesis),
+                None => sqlite_head(&self.reader, &tenant)?.unwrap_or_else(|| self.rules.genesis_head()),
             };
             heads.push(head);
         }
-        let sealed = batch.seal(heads, signer);
-        let records = Record::sealed(&sealed, &signer.key_id);
+        let records = seal.seal(heads);
         self.buf.clear();
         for r in &records {
             serde_json::to_writer(&mut self.buf, r).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?;
             self.buf.push(b'\n');
         }
         self.write()?;
-        for chain in sealed.chains() {
-            self.heads.insert(chain.tenant_id.clone(), chain.head.clone());
+        for (tenant, head) in super::receipts::batch_ends(&records).map(Record::head) {
+            self.heads.insert(tenant, head);
         }
         let n = records.len();
         self.progress.handoff.push(self.segment, records, self.every);
@@ -614,6 +611,8 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::receipts::rows::{Sealing, RULES};
+    use crate::receipts::signer::Signer;
     use crate::store::receipts::tests::draft;
 
     fn migrated_db() -> (PathBuf, PathBuf) {
@@ -654,14 +653,14 @@ mod tests {
         let (dir, file) = migrated_db();
         let signer = Signer::from_seed(&[7u8; 32]);
         let five = Duration::from_secs(5);
-        let (mut journal, applier, _) = open(&file, five, Duration::from_secs(3600)).unwrap();
+        let (mut journal, applier, _) = open(&file, five, Duration::from_secs(3600), RULES).unwrap();
         journal.heads.insert("tenant-a".into(), Head { seq: 41, hash: "ab".repeat(32).into() });
-        journal.append(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer).unwrap();
+        journal.append(&mut Sealing::new(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer)).unwrap();
         drop((journal, applier));
-        let err = replay(&file, five).unwrap_err().to_string();
+        let err = replay(&file, five, RULES).unwrap_err().to_string();
         assert!(err.contains("receipt seq 42 does not continue the stored chain (head seq 0)"), "{err}");
         assert!(err.contains(&dir_of(&file).display().to_string()), "{err}");
-        let conn = SqliteAppender::open(&file, five).unwrap();
+        let conn = SqliteAppender::open(&file, five, RULES).unwrap();
         assert_eq!(conn.head("tenant-a").unwrap(), None, "nothing written");
         assert_eq!(segments(&dir_of(&file)).unwrap().len(), 1, "the journal is kept for the operator");
         let _ = std::fs::remove_dir_all(dir);

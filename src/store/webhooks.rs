@@ -43,7 +43,8 @@ impl Event {
     }
 }
 
-const FAN_OUT: &str = "INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id, event_type, payload, status, \
+pub(super) const FAN_OUT: &str =
+    "INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id, event_type, payload, status, \
      attempts, next_attempt_ms, lease_until_ms, created_ms, created_at) \
      SELECT $1, s.endpoint_id, $2, $3, $4, 'pending', 0, $5, 0, $5, $6 FROM webhook_subscriptions s \
      WHERE s.tenant_id = $2 AND s.event = $3";
@@ -74,7 +75,7 @@ pub const OUTBOX_COLUMNS: usize = 6;
 
 /// An event's outbox values, in the order of [`FAN_OUT`]'s binds (how the receipt journal holds
 /// the events a receipt caused).
-pub(super) fn outbox_values(ev: &Event) -> Vec<super::receipts::Value> {
+pub fn outbox_values(ev: &Event) -> Vec<super::receipts::Value> {
     use super::receipts::Value;
     vec![
         Value::Text(ev.id.as_str().into()),

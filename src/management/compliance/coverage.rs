@@ -11,6 +11,7 @@ use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
+use crate::receipts::stored;
 use crate::store;
 
 /// The seed's coverage map of one pack. `disclaimer` is the pack's own legal-posture text (the
@@ -111,9 +112,9 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
         Vec::new()
     } else if every {
         let all = store::receipts::Filter::default();
-        store::receipts::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
+        stored::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
     } else {
-        store::receipts::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
+        stored::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
     };
     let more = rows.len() as u64 > limit;
     rows.truncate(limit as usize);
