@@ -8,10 +8,10 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tollgate::receipts::canonical::{seal, Check, GENESIS};
+use tollgate::receipts::canonical::{Check, GENESIS};
 use tollgate::receipts::rows::{self, Sealing, RULES};
 use tollgate::receipts::seal::{Batch, Head};
-use tollgate::receipts::signer::Signer;
+use tollgate::receipts::signer::{seal, Signer};
 use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
 use tollgate::store::{self, Store};
 

@@ -441,7 +441,8 @@ fn count_coverage(coverage: &mut [(CheckName, Coverage)], checks: &[canonical::C
 mod tests {
     use super::*;
     use crate::compliance::memo::MemoKey;
-    use crate::receipts::canonical::{seal, Check, Receipt, GENESIS};
+    use crate::receipts::canonical::{Check, Receipt, GENESIS};
+    use crate::receipts::signer::seal;
     use crate::receipts::signer::Signer;
 
     fn registry(s: &Signer) -> Vec<RegisteredKey> {

@@ -57,12 +57,6 @@ pub struct Sealed {
     pub signature: String,
 }
 
-pub fn seal(receipt: Receipt, key: &crate::receipts::signer::Signer) -> Sealed {
-    let mut s = hash_only(receipt);
-    sign(&mut s, key);
-    s
-}
-
 /// The signed members, borrowed: what the JCS writer reads. The receipt writer builds one
 /// straight from a queued draft (no owned `Receipt` per row); stored receipts lend theirs.
 #[derive(Debug, Clone, Copy)]
@@ -188,39 +182,6 @@ pub fn hash_only(receipt: Receipt) -> Sealed {
     Sealed { receipt, canonical, this_hash, signature: String::new() }
 }
 
-pub fn sign(s: &mut Sealed, key: &crate::receipts::signer::Signer) {
-    s.signature = B64.encode(key.sign(&s.canonical));
-}
-
-/// Batches at least this large are signed on several threads: only full batches, i.e. a
-/// backlog to catch up on. Under steady load (batches of a few hundred at 20 ms) the cores are
-/// busy serving requests, and two thread starts per batch only added work.
-const PARALLEL_FROM: usize = crate::receipts::writer::MAX_BATCH;
-
-/// Runs `f` on every item, on several threads for batches of [`PARALLEL_FROM`] or more.
-/// The writer signs batches with it: signatures do not depend on each other (only hashes
-/// chain), so a backlog is split over the machine's cores.
-pub fn for_each_parallel<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
-    // Length first: `available_parallelism` reads the cgroup files (open, read, close of
-    // several paths), ~3% of a single-client request's CPU when it ran for every batch.
-    if items.len() < PARALLEL_FROM {
-        items.iter_mut().for_each(f);
-        return;
-    }
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-    if cores < 2 {
-        items.iter_mut().for_each(f);
-        return;
-    }
-    let per = items.len().div_ceil(cores);
-    let f = &f;
-    std::thread::scope(|scope| {
-        for part in items.chunks_mut(per) {
-            scope.spawn(move || part.iter_mut().for_each(f));
-        }
-    });
-}
-
 /// Checks `signature` (base64) over `canonical` with `public` (raw 32 bytes).
 pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]) -> bool {
     let Ok(vk) = VerifyingKey::from_bytes(public) else { return false };
@@ -232,6 +193,7 @@ pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::receipts::signer::seal;
     use serde_json::json;
 
     /// RFC 8785 §3.2.2 and Appendix B number vectors (IEEE-754 → ECMAScript text).

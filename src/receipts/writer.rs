@@ -40,7 +40,7 @@ use crate::metrics::METRICS;
 use crate::store::{self, Store};
 
 pub const QUEUE_CAPACITY: usize = 65_536;
-pub const MAX_BATCH: usize = 1024;
+pub use super::seal::MAX_BATCH;
 
 /// The receipt writer's time slice (the kernel's smallest; `sched::set_slice` says why). Session
 /// 35, flat out, interleaved runs of the default (1.4 ms here), 0.1, 0.25 and 0.5 ms: per-round

@@ -26,12 +26,14 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
+pub use super::progress::Progress;
+use super::progress::{now_ms, Flush};
 use super::receipts::{sqlite_head, ChainRules, Head, Record, Seal, SqliteAppender};
 use super::StoreError;
 
@@ -261,6 +263,15 @@ struct Pending {
     boosted: bool,
 }
 
+impl Flush for Handoff {
+    fn flush(&self) {
+        let mut p = self.lock();
+        p.flush = true;
+        self.boost(&mut p);
+        self.wake.notify_one();
+    }
+}
+
 impl Handoff {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -280,13 +291,6 @@ impl Handoff {
         if first || p.count >= APPLY_AT {
             self.wake.notify_one();
         }
-    }
-
-    fn flush(&self) {
-        let mut p = self.lock();
-        p.flush = true;
-        self.boost(&mut p);
-        self.wake.notify_one();
     }
 
     /// Makes the applier batch work (it is behind, or someone waits for it).
@@ -349,58 +353,6 @@ impl Handoff {
     }
 }
 
-/// Journaled and applied counts, shared by the writer, the applier and the readers.
-#[derive(Debug)]
-pub struct Progress {
-    journaled: AtomicU64,
-    applied: tokio::sync::watch::Sender<u64>,
-    handoff: Arc<Handoff>,
-    /// When the applier's current failure began (ms since the Unix epoch; 0: it is not failing).
-    failing_since_ms: AtomicI64,
-    /// How long a reader waits for the applier before it is told the database is unavailable.
-    timeout: Duration,
-}
-
-impl Progress {
-    /// Every record journaled is applied.
-    pub fn caught_up(&self) -> bool {
-        *self.applied.borrow() >= self.journaled.load(Ordering::Acquire)
-    }
-
-    /// Waits until every record journaled before this call is in the database: asks the applier
-    /// to write now instead of at its next period.
-    pub async fn settled(&self) -> Result<(), StoreError> {
-        let target = self.journaled.load(Ordering::Acquire);
-        let mut applied = self.applied.subscribe();
-        if *applied.borrow() >= target {
-            return Ok(());
-        }
-        self.handoff.flush();
-        let waited = tokio::time::timeout(self.timeout, applied.wait_for(|&a| a >= target)).await.map(|r| r.is_ok());
-        match waited {
-            Ok(true) => Ok(()),
-            _ => Err(StoreError::Unavailable(
-                "receipts are committed to the journal but the database has not taken them yet".into(),
-            )),
-        }
-    }
-
-    /// Records journaled and not yet in the database.
-    pub fn pending(&self) -> u64 {
-        self.journaled.load(Ordering::Acquire).saturating_sub(*self.applied.borrow())
-    }
-
-    /// How long the applier has been failing (None: it is not).
-    pub fn failing_for(&self) -> Option<Duration> {
-        let since = self.failing_since_ms.load(Ordering::Relaxed);
-        (since > 0).then(|| Duration::from_millis((now_ms() - since).max(0) as u64))
-    }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 /// The writer's side of the journal: chain heads in memory, the current segment, the applier's
 /// queue.
 pub struct JournalWriter {
@@ -415,6 +367,7 @@ pub struct JournalWriter {
     /// A read connection for the head of a tenant seen for the first time.
     reader: rusqlite::Connection,
     buf: Vec<u8>,
+    handoff: Arc<Handoff>,
     progress: Arc<Progress>,
     /// `receipts.journal_apply_ms`.
     every: Duration,
@@ -422,7 +375,7 @@ pub struct JournalWriter {
 
 impl Drop for JournalWriter {
     fn drop(&mut self) {
-        self.progress.handoff.close();
+        self.handoff.close();
     }
 }
 
@@ -442,16 +395,9 @@ pub fn open(
     let reader = rusqlite::Connection::open(db_file)
         .map_err(|e| StoreError::Unavailable(format!("{}: {e}", db_file.display())))?;
     let handoff = Arc::new(Handoff::default());
-    let (applied, _) = tokio::sync::watch::channel(0u64);
-    let progress = Arc::new(Progress {
-        journaled: AtomicU64::new(0),
-        applied,
-        handoff: handoff.clone(),
-        failing_since_ms: AtomicI64::new(0),
-        timeout,
-    });
+    let progress = Arc::new(Progress::new(handoff.clone(), timeout));
     let applier = Applier {
-        handoff,
+        handoff: handoff.clone(),
         conn: SqliteAppender::open(db_file, timeout, rules)?,
         dir: dir.clone(),
         progress: progress.clone(),
@@ -466,6 +412,7 @@ pub fn open(
         rules,
         reader,
         buf: Vec::new(),
+        handoff,
         progress: progress.clone(),
         every: apply_every,
     };
@@ -510,7 +457,7 @@ impl JournalWriter {
             self.heads.insert(tenant, head);
         }
         let n = records.len();
-        self.progress.handoff.push(self.segment, records, self.every);
+        self.handoff.push(self.segment, records, self.every);
         // After the send: a reader that sees this count finds its records queued before its
         // flush request.
         self.progress.journaled.fetch_add(n as u64, Ordering::AcqRel);
@@ -528,7 +475,7 @@ impl JournalWriter {
                     self.progress.pending()
                 )));
             }
-            self.progress.handoff.flush();
+            self.handoff.flush();
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())

@@ -14,6 +14,7 @@
 pub mod analytics;
 pub mod budget_requests;
 pub mod budgets;
+mod error;
 pub mod journal;
 pub mod keys;
 pub mod members;
@@ -21,6 +22,7 @@ pub mod notices;
 pub mod packs;
 pub mod period;
 pub mod policies;
+pub mod progress;
 pub mod prompts;
 pub mod providers;
 pub mod receipts;
@@ -31,6 +33,7 @@ pub mod spend;
 pub mod teams;
 pub mod tenants;
 pub mod tool_servers;
+mod value;
 pub mod webhooks;
 
 use std::future::Future;
@@ -40,17 +43,8 @@ use std::time::Duration;
 use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    #[error("database error: {0}")]
-    Query(#[from] sqlx::Error),
-    #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("{0}")]
-    Other(String),
-}
+pub use error::StoreError;
+use progress::Progress;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -66,7 +60,7 @@ pub struct Store {
     /// The SQLite database file (None on PostgreSQL), for the receipt writer's own connection.
     sqlite_file: Option<std::path::PathBuf>,
     /// With the receipt journal on: how far its records are in the database (readers wait).
-    journal: std::sync::Arc<OnceLock<std::sync::Arc<journal::Progress>>>,
+    journal: std::sync::Arc<OnceLock<std::sync::Arc<Progress>>>,
 }
 
 /// The native pool the receipt writer appends through (one connection on SQLite, where there
@@ -226,7 +220,7 @@ impl Store {
 
     /// Makes every read of receipts, guardrail events and spend wait for the receipt journal
     /// ([`Store::settled`]).
-    pub fn use_journal(&self, progress: std::sync::Arc<journal::Progress>) {
+    pub fn use_journal(&self, progress: std::sync::Arc<Progress>) {
         let _ = self.journal.set(progress);
     }
 

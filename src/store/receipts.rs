@@ -14,6 +14,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::spend::Deltas;
+pub use super::value::Value;
 use super::{Backend, ChainPool, Store, StoreError};
 
 /// A tenant's chain head: the newest receipt's `seq` and `thisHash`.
@@ -146,73 +147,6 @@ enum Field {
     /// Byte length, a `:` and the bytes, so no value needs escaping and none can be mistaken
     /// for a separator.
     Text,
-}
-
-/// A column value as bound. In the receipt journal a value is its JSON number or string (an
-/// integer reads back as `Int`, a number with a fraction or exponent as `Real`: serde_json writes
-/// every `f64` with one, and reads it back exactly).
-#[derive(Debug, Clone)]
-pub enum Value {
-    Int(i64),
-    Real(f64),
-    Text(Arc<str>),
-    Static(&'static str),
-}
-impl PartialEq for Value {
-    fn eq(&self, other: &Value) -> bool {
-        match (self, other) {
-            (Value::Int(a), Value::Int(b)) => a == b,
-            (Value::Real(a), Value::Real(b)) => a.to_bits() == b.to_bits(),
-            (Value::Text(_) | Value::Static(_), Value::Text(_) | Value::Static(_)) => self.as_text() == other.as_text(),
-            _ => false,
-        }
-    }
-}
-
-impl Value {
-    fn as_text(&self) -> Option<&str> {
-        match self {
-            Value::Text(t) => Some(t),
-            Value::Static(t) => Some(t),
-            _ => None,
-        }
-    }
-}
-
-impl serde::Serialize for Value {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Value::Int(v) => s.serialize_i64(*v),
-            Value::Real(v) => s.serialize_f64(*v),
-            Value::Text(v) => s.serialize_str(v),
-            Value::Static(v) => s.serialize_str(v),
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Value {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
-        struct Visit;
-        impl serde::de::Visitor<'_> for Visit {
-            type Value = Value;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a number or a string")
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-                Ok(Value::Int(v))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
-                i64::try_from(v).map(Value::Int).map_err(|_| E::custom("integer out of range"))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-                Ok(Value::Real(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-                Ok(Value::Text(v.into()))
-            }
-        }
-        d.deserialize_any(Visit)
-    }
 }
 
 /// Column names joined with `, `: those whose [`Read`] `keep` accepts, in table order.
@@ -773,18 +707,6 @@ impl Checkpointed {
 pub fn checkpoint_passive(conn: &rusqlite::Connection) -> Result<Checkpointed, StoreError> {
     conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok(Checkpointed { log: r.get(1)?, done: r.get(2)? }))
         .map_err(sqlite_err)
-}
-
-impl rusqlite::ToSql for Value {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        use rusqlite::types::{ToSqlOutput, ValueRef};
-        Ok(match self {
-            Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
-            Value::Real(v) => ToSqlOutput::Borrowed(ValueRef::Real(*v)),
-            Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
-            Value::Static(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
-        })
-    }
 }
 
 fn sqlite_err(e: rusqlite::Error) -> StoreError {
