@@ -113,39 +113,10 @@ pub fn receipt_bytes(r: &Receipt) -> Vec<u8> {
 /// nothing else escaped). Only `costUsd` needs ECMAScript number formatting. A unit test holds
 /// it equal to the generic path.
 pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
-        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-            out.push(b'"');
-            out.extend_from_slice(s.as_bytes());
-            out.push(b'"');
-            return;
-        }
-        serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
-    }
-    fn member(out: &mut Vec<u8>, name: &str) {
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
-    }
-    fn number(out: &mut Vec<u8>, n: u64) {
-        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    }
     out.extend_from_slice(b"{\"actor\":");
     string(out, r.actor);
     member(out, "checks");
-    out.push(b'[');
-    for (i, c) in r.checks.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"name\":");
-        string(out, c.name.as_str());
-        out.extend_from_slice(b",\"result\":");
-        string(out, c.result.as_str());
-        out.push(b'}');
-    }
-    out.push(b']');
+    write_checks(out, r.checks);
     member(out, "completionTokens");
     number(out, r.completion_tokens);
     member(out, "costUsd");
@@ -173,6 +144,45 @@ pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
     member(out, "v");
     number(out, u64::from(r.v));
     out.push(b'}');
+}
+
+/// The `checks` array: `{name, result}` objects, members in sorted order.
+fn write_checks(out: &mut Vec<u8>, checks: &[Check]) {
+    out.push(b'[');
+    for (i, c) in checks.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        string(out, c.name.as_str());
+        out.extend_from_slice(b",\"result\":");
+        string(out, c.result.as_str());
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// A JSON string as RFC 8785 writes it.
+fn string(out: &mut Vec<u8>, s: &str) {
+    // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
+    serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
+}
+
+/// `,"name":` before a member that is not the first.
+fn member(out: &mut Vec<u8>, name: &str) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+fn number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// The chain step: canonical bytes and `thisHash` (cheap, and sequential by nature).

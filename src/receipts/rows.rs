@@ -40,8 +40,8 @@ impl<'a> Sealing<'a> {
 }
 
 impl Seal for Sealing<'_> {
-    fn tenants(&self) -> Vec<Arc<str>> {
-        self.batch.tenants().map(|t| t[0].tenant_id.clone()).collect()
+    fn tenants(&self) -> impl Iterator<Item = &Arc<str>> + Send {
+        self.batch.tenants().map(|t| &t[0].tenant_id)
     }
 
     fn seal(&mut self, heads: Vec<Head>) -> Vec<Record> {

@@ -431,7 +431,7 @@ impl JournalWriter {
     /// Ok they are committed. Refused while the applier has been failing for longer than the
     /// commit timeout (the database takes no receipts: answers would outrun what readers can
     /// see).
-    pub fn append(&mut self, seal: &mut dyn Seal) -> Result<usize, StoreError> {
+    pub fn append(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
         if let Some(failing) = self.progress.failing_for().filter(|f| *f > self.progress.timeout) {
             return Err(StoreError::Unavailable(format!(
                 "the database has taken no receipts for {failing:?} (the journal holds them)"
@@ -440,9 +440,9 @@ impl JournalWriter {
         self.wait_for_room()?;
         let mut heads = Vec::new();
         for tenant in seal.tenants() {
-            let head = match self.heads.get(&tenant) {
+            let head = match self.heads.get(tenant) {
                 Some(h) => h.clone(),
-                None => sqlite_head(&self.reader, &tenant)?.unwrap_or_else(|| self.rules.genesis_head()),
+                None => sqlite_head(&self.reader, tenant)?.unwrap_or_else(|| self.rules.genesis_head()),
             };
             heads.push(head);
         }

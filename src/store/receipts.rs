@@ -45,7 +45,7 @@ impl ChainRules {
 pub trait Seal {
     /// The batch's tenants, in the order their heads are locked and handed to [`Seal::seal`]
     /// (tenant id order: concurrent writers lock heads in the same order and cannot deadlock).
-    fn tenants(&self) -> Vec<Arc<str>>;
+    fn tenants(&self) -> impl Iterator<Item = &Arc<str>> + Send;
 
     /// The batch's records, sealed after `heads` (one per tenant): grouped by tenant, in
     /// [`Seal::tenants`] order, each tenant's in chain order.
@@ -215,10 +215,10 @@ fn statement_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
 /// Runs on the calling task, which must run on the database runtime (the receipt writer does).
 /// Unlike a spawned task, dropping this future (the writer's commit timeout) abandons the
 /// transaction: it is rolled back, not committed later behind the writer's back.
-pub async fn append_sealed(
+pub async fn append_sealed<S: Seal + Send + Sync>(
     store: &Store,
     rules: ChainRules,
-    seal: &mut (dyn Seal + Send),
+    seal: &mut S,
 ) -> Result<usize, StoreError> {
     let backend = store.backend();
     let written = match store.chain_pool() {
@@ -251,16 +251,16 @@ where
     usize: sqlx::ColumnIndex<DB::Row>,
 {
     /// [`append_sealed`] on one connection.
-    async fn append(
+    async fn append<S: Seal + Send + Sync>(
         conn: &'c mut DB::Connection,
         backend: Backend,
         rules: ChainRules,
-        seal: &mut (dyn Seal + Send),
+        seal: &mut S,
     ) -> Result<usize, sqlx::Error> {
         let mut tx = Self::begin(conn, backend).await?;
         let mut heads = Vec::new();
         for tenant in seal.tenants() {
-            heads.push(tx.lock_head(tenant, rules.genesis).await?);
+            heads.push(tx.lock_head(tenant.clone(), rules.genesis).await?);
         }
         let records = seal.seal(heads);
         tx.insert_receipts(&records).await?;
@@ -447,7 +447,7 @@ impl SqliteAppender {
     /// [`SqliteAppender::append`] that fails at once (`SQLITE_BUSY`) instead of waiting when
     /// another connection holds the write lock: for callers that must not block (a request
     /// committing its own receipt on a proxy thread), who hand the drafts to the writer then.
-    pub fn append_unless_busy(&mut self, seal: &mut dyn Seal) -> Result<usize, StoreError> {
+    pub fn append_unless_busy(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
         self.conn.busy_timeout(std::time::Duration::ZERO).map_err(sqlite_err)?;
         let appended = self.append(seal);
         self.conn.busy_timeout(self.busy).map_err(sqlite_err)?;
@@ -456,15 +456,15 @@ impl SqliteAppender {
 
     /// [`append_sealed`] on this connection: the same rows, events, spend and heads, in one
     /// `BEGIN IMMEDIATE` transaction.
-    pub fn append(&mut self, seal: &mut dyn Seal) -> Result<usize, StoreError> {
+    pub fn append(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
         let rules = self.rules;
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
         let mut heads = Vec::new();
         for tenant in seal.tenants() {
             tx.prepare_cached("INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES (?1, 0, ?2) ON CONFLICT (tenant_id) DO NOTHING")
-                .and_then(|mut st| st.execute(rusqlite::params![&*tenant, rules.genesis]))
+                .and_then(|mut st| st.execute(rusqlite::params![&**tenant, rules.genesis]))
                 .map_err(sqlite_err)?;
-            heads.push(sqlite_head(&tx, &tenant)?.unwrap_or_else(|| rules.genesis_head()));
+            heads.push(sqlite_head(&tx, tenant)?.unwrap_or_else(|| rules.genesis_head()));
         }
         let records = seal.seal(heads);
         write_records(&tx, &records, rules)?;
@@ -484,11 +484,6 @@ impl SqliteAppender {
     /// The stored head of `tenant` (None before its first receipt).
     pub fn head(&self, tenant: &str) -> Result<Option<Head>, StoreError> {
         sqlite_head(&self.conn, tenant)
-    }
-
-    /// The head of a tenant before its first receipt.
-    pub fn genesis_head(&self) -> Head {
-        self.rules.genesis_head()
     }
 }
 
@@ -893,7 +888,7 @@ pub async fn seq_range_packed(
     store
         .run(move |pool, backend| async move {
             // The aggregate takes the ordered subquery's rows as they come (no ORDER BY inside
-            // it: sorting a page again would spill megabytes to temporary files); `unpack`
+            // it: sorting a page again would spill megabytes to temporary files); `unpack_rows`
             // sorts a page that is ever out of order.
             let page = format!(
                 "FROM (SELECT {} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
