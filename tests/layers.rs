@@ -66,7 +66,7 @@ fn imports_only_go_down_and_never_in_a_circle() {
         }
     }
     for cycle in graph.cycles() {
-        found.insert(format!("cycle: {}", cycle.iter().map(|m| show(m)).collect::<Vec<_>>().join(", ")));
+        found.insert(format!("cycle: {}", cycle.iter().map(show).collect::<Vec<_>>().join(", ")));
     }
     unassigned.sort();
     unassigned.dedup();
@@ -91,7 +91,7 @@ fn the_reader_sees_cycles_and_upward_imports() {
     std::fs::write(dir.join("a/y.rs"), "use super::A;\npub fn g() {}\n").unwrap();
     std::fs::write(dir.join("b.rs"), "use crate::a::X;\n// crate::a::A in a comment\npub struct B;\n").unwrap();
     let g = Graph::read(&dir.join("lib.rs"));
-    let cycles: Vec<Vec<String>> = g.cycles().iter().map(|c| c.iter().map(|m| show(m)).collect()).collect();
+    let cycles: Vec<Vec<String>> = g.cycles().iter().map(|c| c.iter().map(show).collect()).collect();
     assert_eq!(cycles, vec![vec!["a".to_string(), "a::y".to_string()]]);
     assert_eq!(g.edges[&path("crate::b")], BTreeSet::from([path("crate::a::x")]), "the re-export is followed");
     assert!(!g.edges.contains_key(&path("crate::a::x")), "test code is left out");
