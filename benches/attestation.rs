@@ -93,7 +93,7 @@ async fn ensure_receipts(db: &Store, signer: &Arc<Signer>, n: u64) {
     while next < n {
         let batch: Vec<Draft> = (next..(next + 4096).min(n)).map(draft).collect();
         next += batch.len() as u64;
-        store::receipts::append_batch(db, batch, signer.clone()).await.unwrap();
+        tollgate::receipts::rows::append_batch(db, batch, signer.clone()).await.unwrap();
     }
     println!("generated {} receipts in {:.1} s", n - have, started.elapsed().as_secs_f64());
 }

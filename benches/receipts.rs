@@ -8,9 +8,10 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tollgate::receipts::canonical::{seal, Check, GENESIS};
+use tollgate::receipts::canonical::{Check, GENESIS};
+use tollgate::receipts::rows::{self, Sealing, RULES};
 use tollgate::receipts::seal::{Batch, Head};
-use tollgate::receipts::signer::Signer;
+use tollgate::receipts::signer::{seal, Signer};
 use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
 use tollgate::store::{self, Store};
 
@@ -95,7 +96,7 @@ fn bench_append(c: &mut Criterion) {
         group.bench_function(format!("{size} receipts, 2 tenants"), |b| {
             b.iter_batched(
                 || batch(size),
-                |drafts| rt.block_on(store::receipts::append_batch(&db, drafts, signer.clone())).unwrap(),
+                |drafts| rt.block_on(rows::append_batch(&db, drafts, signer.clone())).unwrap(),
                 BatchSize::LargeInput,
             )
         });
@@ -115,7 +116,7 @@ fn bench_appender(c: &mut Criterion) {
     let db = rt.block_on(Store::connect(&url)).unwrap();
     rt.block_on(db.migrate()).unwrap();
     let signer = Signer::from_seed(&[7u8; 32]);
-    let mut appender = store::receipts::SqliteAppender::open(&file, std::time::Duration::from_secs(5)).unwrap();
+    let mut appender = store::receipts::SqliteAppender::open(&file, std::time::Duration::from_secs(5), RULES).unwrap();
     let checkpointer = rusqlite::Connection::open(&file).unwrap();
     let mut group = c.benchmark_group("writer append on SQLite");
     for size in [1usize, 8, 32] {
@@ -127,7 +128,7 @@ fn bench_appender(c: &mut Criterion) {
                     store::receipts::checkpoint_passive(&checkpointer).unwrap();
                     (0..size).map(|i| draft("tenant-a", i)).collect::<Vec<_>>()
                 },
-                |drafts| appender.append(&drafts, &signer).unwrap(),
+                |drafts| appender.append(&mut Sealing::new(&drafts, &signer)).unwrap(),
                 BatchSize::SmallInput,
             )
         });

@@ -371,6 +371,7 @@ fn the_chain_auditor_warms_the_memo() {
 /// quotes, backslashes, control characters and non-ASCII text.
 #[test]
 fn packed_pages_decode_exactly_like_rows() {
+    use tollgate::receipts::{rows::append_batch, stored};
     use tollgate::receipts::{CacheSide, Check, Draft, Kind, UpstreamStatus};
     use tollgate::store::{receipts as rows, Store};
     for b in backends() {
@@ -411,17 +412,17 @@ fn packed_pages_decode_exactly_like_rows() {
                     key_id: "k".into(),
                 })
                 .collect();
-            rows::append_batch(&db, drafts, signer).await.unwrap();
-            let plain = rows::seq_range(&db, "t-packed", 2, 100, 100).await.unwrap();
+            append_batch(&db, drafts, signer).await.unwrap();
+            let plain = stored::seq_range(&db, "t-packed", 2, 100, 100).await.unwrap();
             let page = rows::seq_range_packed(&db, "t-packed", 2, 100, 100).await.unwrap();
-            let packed = rows::unpack("t-packed", &page).unwrap();
+            let packed = stored::unpack("t-packed", &page).unwrap();
             assert_eq!(plain.len(), costs.len() - 1);
             assert_eq!(format!("{plain:?}"), format!("{packed:?}"));
             for (r, c) in packed.iter().zip(&costs[1..]) {
                 assert_eq!(r.receipt.cost_usd.to_bits(), c.to_bits(), "{c}");
             }
             let none = rows::seq_range_packed(&db, "t-packed", 50, 60, 100).await.unwrap();
-            assert!(rows::unpack("t-packed", &none).unwrap().is_empty());
+            assert!(stored::unpack("t-packed", &none).unwrap().is_empty());
         });
         if let Some(dir) = dir {
             std::fs::remove_dir_all(dir).ok();

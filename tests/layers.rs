@@ -30,17 +30,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 const DEBTS: &[&str] = &[
     "config -> tool_servers (platform imports domain)",
     "cycle: config, config::env, telemetry",
-    "cycle: receipts, receipts::canonical, receipts::seal, receipts::signer, receipts::writer, store, store::journal, store::receipts, store::spend, store::webhooks",
-    "store::journal -> receipts (platform imports domain)",
-    "store::journal -> receipts::seal (platform imports domain)",
-    "store::journal -> receipts::signer (platform imports domain)",
-    "store::receipts -> checks::budget::period (platform imports domain)",
-    "store::receipts -> receipts (platform imports domain)",
-    "store::receipts -> receipts::canonical (platform imports domain)",
-    "store::receipts -> receipts::seal (platform imports domain)",
-    "store::receipts -> receipts::signer (platform imports domain)",
-    "store::receipts -> receipts::vocabulary (platform imports domain)",
-    "store::spans -> compliance::memo (platform imports domain)",
 ];
 
 #[test]

@@ -16,7 +16,7 @@ use crate::receipts::canonical::{self, GENESIS};
 use crate::receipts::merkle;
 use crate::receipts::signer::{RegisteredKey, Signer};
 use crate::receipts::CheckName;
-use crate::store::receipts::StoredReceipt;
+use crate::receipts::StoredReceipt;
 use crate::store::{self, Store, StoreError};
 
 pub const VERSION: &str = "v1";
@@ -73,7 +73,7 @@ impl PeriodReader {
             let (store, tenant) = (self.store.clone(), self.tenant.clone());
             self.pending.push_back(tokio::spawn(async move {
                 let page = store::receipts::seq_range_packed(&store, &tenant, from, to, len as i64).await?;
-                tokio::task::spawn_blocking(move || store::receipts::unpack(&tenant, &page))
+                tokio::task::spawn_blocking(move || crate::receipts::stored::unpack(&tenant, &page))
                     .await
                     .map_err(|e| StoreError::Other(format!("period read failed: {e}")))?
             }));

@@ -13,7 +13,7 @@ use super::walk::Walk;
 use super::{DISCLAIMER, SCOPE};
 use crate::receipts::canonical::{self, GENESIS};
 use crate::receipts::signer::{RegisteredKey, Signer};
-use crate::store::receipts::StoredReceipt;
+use crate::receipts::StoredReceipt;
 use crate::store::{Store, StoreError};
 
 pub const FORMAT: &str = "tollgate-evidence-bundle/v1";

@@ -15,8 +15,10 @@ use sha2::Sha256;
 
 use super::key_ring::KeyRing;
 use crate::receipts::merkle::Hash;
+use crate::receipts::StoredReceipt;
 use crate::secrets::at_rest::MasterKey;
-use crate::store::receipts::StoredReceipt;
+/// One memo row (stored by `store::spans`).
+pub use crate::store::spans::Span;
 
 /// Receipts per memo block: block `k` covers seq `1 + k*len ..= (k+1)*len`.
 pub const DEFAULT_BLOCK: u64 = 4096;
@@ -58,17 +60,6 @@ impl fmt::Debug for MemoKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MemoKey(***)")
     }
-}
-
-/// One memo row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Span {
-    pub block_start: u64,
-    pub block_len: u64,
-    /// Lowercase hex HMAC-SHA256.
-    pub digest: String,
-    /// The block's distinct key ids, sorted, comma-separated.
-    pub key_ids: String,
 }
 
 /// The memo as one walk uses it: the key, the block length, the rows read for the period.

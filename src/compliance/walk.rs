@@ -16,8 +16,8 @@ use super::memo::{Span, SpanMemo};
 use crate::checks::ORDER;
 use crate::receipts::merkle::{self, Hash, RootBuilder};
 use crate::receipts::signer::RegisteredKey;
+use crate::receipts::StoredReceipt;
 use crate::receipts::{canonical, CheckName, CheckResult, Severity, Term, UpstreamStatus};
-use crate::store::receipts::StoredReceipt;
 
 /// The check names in pipeline order (`checks::ORDER`), then the upstream call.
 pub const CHECK_ORDER: [CheckName; ORDER.len() + 1] = {
@@ -393,7 +393,8 @@ fn count_coverage(coverage: &mut [(CheckName, Coverage)], checks: &[canonical::C
 mod tests {
     use super::*;
     use crate::compliance::memo::MemoKey;
-    use crate::receipts::canonical::{seal, Check, Receipt, GENESIS};
+    use crate::receipts::canonical::{Check, Receipt, GENESIS};
+    use crate::receipts::signer::seal;
     use crate::receipts::signer::Signer;
     use std::collections::HashMap;
 

@@ -13,7 +13,8 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::receipts::canonical::Receipt;
 use crate::receipts::{canonical, chain, chain::ChainReport, signer, Check, Kind, UpstreamStatus};
-use crate::store::receipts::{Filter, StoredReceipt};
+use crate::receipts::{stored, StoredReceipt};
+use crate::store::receipts::Filter;
 use crate::store::{self, Store};
 
 pub const EXPORT_MAX: u64 = 50_000;
@@ -152,7 +153,7 @@ pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = number(req, "limit", 1, 200)?.unwrap_or(25);
     let cursor = number(req, "cursor", 1, u64::MAX >> 11)?;
     let f = filter(req)?;
-    let mut rows = store::receipts::page(&app.store, caller.tenant(), &f, cursor, None, limit as i64 + 1).await?;
+    let mut rows = stored::page(&app.store, caller.tenant(), &f, cursor, None, limit as i64 + 1).await?;
     let more = rows.len() as u64 > limit;
     rows.truncate(limit as usize);
     let next = if more { rows.last().map(|r| r.receipt.seq) } else { None };
@@ -203,8 +204,7 @@ pub(super) struct FullReceipt<'a> {
     params(("id" = String, Path, description = "Receipt id (`x-tollgate-receipt-id`)")),
     responses((status = 200, description = "The receipt", body = FullReceipt), Missing, Authenticated))]
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
-    let r =
-        store::receipts::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let r = stored::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
     let verified = verified(&app.store, &r).await?;
     Ok(Reply::json(
         200,
@@ -227,8 +227,7 @@ pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
         ("to" = Option<u64>, Query, minimum = 1, description = "Last seq, default the receipt's own")),
     responses((status = 200, description = "The chain report", body = ChainReport), Missing, Authenticated))]
 pub async fn verify_chain(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
-    let r =
-        store::receipts::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let r = stored::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
     let from = number(req, "from", 1, u64::MAX >> 11)?.unwrap_or(1);
     let to = number(req, "to", 1, u64::MAX >> 11)?.unwrap_or(r.receipt.seq);
     if from > to {
@@ -345,8 +344,7 @@ impl BodyStream for ExportStream {
         }
         if self.remaining > 0 {
             let n = self.remaining.min(EXPORT_PAGE) as i64;
-            let rows =
-                store::receipts::page(&self.store, &self.tenant, &self.filter, None, Some(self.after), n).await?;
+            let rows = stored::page(&self.store, &self.tenant, &self.filter, None, Some(self.after), n).await?;
             self.remaining = if (rows.len() as i64) < n { 0 } else { self.remaining - rows.len() as u64 };
             for r in &rows {
                 self.after = r.receipt.seq;

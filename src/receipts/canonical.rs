@@ -57,12 +57,6 @@ pub struct Sealed {
     pub signature: String,
 }
 
-pub fn seal(receipt: Receipt, key: &crate::receipts::signer::Signer) -> Sealed {
-    let mut s = hash_only(receipt);
-    sign(&mut s, key);
-    s
-}
-
 /// The signed members, borrowed: what the JCS writer reads. The receipt writer builds one
 /// straight from a queued draft (no owned `Receipt` per row); stored receipts lend theirs.
 #[derive(Debug, Clone, Copy)]
@@ -119,39 +113,10 @@ pub fn receipt_bytes(r: &Receipt) -> Vec<u8> {
 /// nothing else escaped). Only `costUsd` needs ECMAScript number formatting. A unit test holds
 /// it equal to the generic path.
 pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
-        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-            out.push(b'"');
-            out.extend_from_slice(s.as_bytes());
-            out.push(b'"');
-            return;
-        }
-        serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
-    }
-    fn member(out: &mut Vec<u8>, name: &str) {
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
-    }
-    fn number(out: &mut Vec<u8>, n: u64) {
-        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    }
     out.extend_from_slice(b"{\"actor\":");
     string(out, r.actor);
     member(out, "checks");
-    out.push(b'[');
-    for (i, c) in r.checks.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"name\":");
-        string(out, c.name.as_str());
-        out.extend_from_slice(b",\"result\":");
-        string(out, c.result.as_str());
-        out.push(b'}');
-    }
-    out.push(b']');
+    write_checks(out, r.checks);
     member(out, "completionTokens");
     number(out, r.completion_tokens);
     member(out, "costUsd");
@@ -181,44 +146,50 @@ pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
     out.push(b'}');
 }
 
+/// The `checks` array: `{name, result}` objects, members in sorted order.
+fn write_checks(out: &mut Vec<u8>, checks: &[Check]) {
+    out.push(b'[');
+    for (i, c) in checks.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        string(out, c.name.as_str());
+        out.extend_from_slice(b",\"result\":");
+        string(out, c.result.as_str());
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// A JSON string as RFC 8785 writes it.
+fn string(out: &mut Vec<u8>, s: &str) {
+    // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
+    serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
+}
+
+/// `,"name":` before a member that is not the first.
+fn member(out: &mut Vec<u8>, name: &str) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+fn number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
 /// The chain step: canonical bytes and `thisHash` (cheap, and sequential by nature).
 pub fn hash_only(receipt: Receipt) -> Sealed {
     let canonical = receipt_bytes(&receipt);
     let this_hash = sha256_hex(&canonical);
     Sealed { receipt, canonical, this_hash, signature: String::new() }
-}
-
-pub fn sign(s: &mut Sealed, key: &crate::receipts::signer::Signer) {
-    s.signature = B64.encode(key.sign(&s.canonical));
-}
-
-/// Batches at least this large are signed on several threads: only full batches, i.e. a
-/// backlog to catch up on. Under steady load (batches of a few hundred at 20 ms) the cores are
-/// busy serving requests, and two thread starts per batch only added work.
-const PARALLEL_FROM: usize = crate::receipts::writer::MAX_BATCH;
-
-/// Runs `f` on every item, on several threads for batches of [`PARALLEL_FROM`] or more.
-/// The writer signs batches with it: signatures do not depend on each other (only hashes
-/// chain), so a backlog is split over the machine's cores.
-pub fn for_each_parallel<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
-    // Length first: `available_parallelism` reads the cgroup files (open, read, close of
-    // several paths), ~3% of a single-client request's CPU when it ran for every batch.
-    if items.len() < PARALLEL_FROM {
-        items.iter_mut().for_each(f);
-        return;
-    }
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-    if cores < 2 {
-        items.iter_mut().for_each(f);
-        return;
-    }
-    let per = items.len().div_ceil(cores);
-    let f = &f;
-    std::thread::scope(|scope| {
-        for part in items.chunks_mut(per) {
-            scope.spawn(move || part.iter_mut().for_each(f));
-        }
-    });
 }
 
 /// Checks `signature` (base64) over `canonical` with `public` (raw 32 bytes).
@@ -232,6 +203,7 @@ pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::receipts::signer::seal;
     use serde_json::json;
 
     /// RFC 8785 §3.2.2 and Appendix B number vectors (IEEE-754 → ECMAScript text).

@@ -33,7 +33,7 @@ pub async fn verify(store: &Store, tenant_id: &str, from: u64, to: u64) -> Resul
     let mut expected = from;
     let head = store::receipts::head_seq(store, tenant_id).await?;
     loop {
-        let rows = store::receipts::seq_range(store, tenant_id, expected, to, PAGE).await?;
+        let rows = super::stored::seq_range(store, tenant_id, expected, to, PAGE).await?;
         let Some(last) = rows.last().map(|r| r.receipt.seq) else { break };
         for row in &rows {
             let seq = row.receipt.seq;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use sqlx::Row;
 use zeroize::Zeroizing;
 
-use super::canonical;
+use super::canonical::{self, hash_only, Receipt, Sealed};
 use crate::store::{now_ts, Store, StoreError};
 
 pub struct Signer {
@@ -164,6 +164,18 @@ pub async fn registry(store: &Store) -> Result<Vec<RegisteredKey>, StoreError> {
 /// The raw public key of a registered key id.
 pub fn public_bytes(k: &RegisteredKey) -> Option<[u8; 32]> {
     B64.decode(&k.public_key).ok()?.try_into().ok()
+}
+
+/// Hashes and signs `receipt` (its chain fields set).
+pub fn seal(receipt: Receipt, key: &Signer) -> Sealed {
+    let mut s = hash_only(receipt);
+    sign(&mut s, key);
+    s
+}
+
+/// Signs a hashed receipt.
+pub fn sign(s: &mut Sealed, key: &Signer) {
+    s.signature = B64.encode(key.sign(&s.canonical));
 }
 
 #[cfg(test)]

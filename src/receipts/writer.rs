@@ -6,7 +6,7 @@
 //!
 //! The writer runs on the database runtime, not on a Pingora runtime, so Pingora's shutdown never
 //! cancels it mid-batch. It takes whatever is queued (up to [`MAX_BATCH`]) and appends it in one
-//! transaction (`store::receipts::append_batch`): seq, prevHash, JCS, SHA-256, Ed25519. There is
+//! transaction (`receipts::rows::append_batch`): seq, prevHash, JCS, SHA-256, Ed25519. There is
 //! no fixed linger: the next batch starts as soon as the previous commit ends, so an idle gateway
 //! adds one commit to an answer and a busy one batches by itself (what arrives during a commit
 //! is the next batch).
@@ -33,13 +33,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::rows::{Sealing, RULES};
 use super::signer::Signer;
 use super::Draft;
 use crate::metrics::METRICS;
 use crate::store::{self, Store};
 
 pub const QUEUE_CAPACITY: usize = 65_536;
-pub const MAX_BATCH: usize = 1024;
+pub use super::seal::MAX_BATCH;
 
 /// The receipt writer's time slice (the kernel's smallest; `sched::set_slice` says why). Session
 /// 35, flat out, interleaved runs of the default (1.4 ms here), 0.1, 0.25 and 0.5 ms: per-round
@@ -112,8 +113,8 @@ enum Sink {
 impl Sink {
     fn append(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
         match self {
-            Sink::Database(c) => c.append(drafts, signer),
-            Sink::Journal(j) => j.append(drafts, signer),
+            Sink::Database(c) => c.append(&mut Sealing::new(drafts, signer)),
+            Sink::Journal(j) => j.append(&mut Sealing::new(drafts, signer)),
         }
     }
 
@@ -121,8 +122,8 @@ impl Sink {
     /// elsewhere (the journal takes no database lock).
     fn append_unless_busy(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
         match self {
-            Sink::Database(c) => c.append_unless_busy(drafts, signer),
-            Sink::Journal(j) => j.append(drafts, signer),
+            Sink::Database(c) => c.append_unless_busy(&mut Sealing::new(drafts, signer)),
+            Sink::Journal(j) => j.append(&mut Sealing::new(drafts, signer)),
         }
     }
 
@@ -273,16 +274,16 @@ pub fn channel_with(
     let appender = match store.sqlite_file() {
         Some(file) => {
             let claim = store::journal::claim(file, o.journal.is_some())?;
-            store::journal::replay(file, commit_timeout)?;
+            store::journal::replay(file, commit_timeout, RULES)?;
             let conn = match o.journal {
                 Some(every) => {
-                    let (writer, app, progress) = store::journal::open(file, commit_timeout, every)?;
+                    let (writer, app, progress) = store::journal::open(file, commit_timeout, every, RULES)?;
                     store.use_journal(progress.clone());
                     let _ = stats.journal.set(progress);
                     applier = Some(app);
                     Sink::Journal(writer)
                 }
-                None => Sink::Database(store::receipts::SqliteAppender::open(file, commit_timeout)?),
+                None => Sink::Database(store::receipts::SqliteAppender::open(file, commit_timeout, RULES)?),
             };
             Some(Arc::new(Appender {
                 _claim: claim,
@@ -417,7 +418,7 @@ impl ReceiptWriter {
         loop {
             let started = Instant::now();
             // On this task, not spawned: a timed-out attempt is dropped and rolled back.
-            let attempt = store::receipts::append_batch_here(&self.store, &batch.drafts, &self.signer);
+            let attempt = super::rows::append_batch_here(&self.store, &batch.drafts, &self.signer);
             let err = match tokio::time::timeout_at(retry.deadline.into(), attempt).await {
                 Ok(Ok(_)) => return self.committed(batch, started),
                 Ok(Err(e)) => e.to_string(),
@@ -595,8 +596,10 @@ mod tests {
         let last = draft("tenant-a", 5);
         let id = last.receipt_id.clone();
         assert!(queue.commit_here(last).is_none());
-        let head =
-            store::db_runtime().block_on(store::receipts::by_id(&store, "tenant-a", &id)).unwrap().expect("stored");
+        let head = store::db_runtime()
+            .block_on(crate::receipts::stored::by_id(&store, "tenant-a", &id))
+            .unwrap()
+            .expect("stored");
         assert_eq!(head.receipt.seq, 2, "chained after the first");
         drop((queue, writer, store));
         let _ = std::fs::remove_dir_all(dir);

@@ -26,17 +26,16 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
-use super::receipts::{sqlite_head, Record, SqliteAppender};
+pub use super::progress::Progress;
+use super::progress::{now_ms, Flush};
+use super::receipts::{sqlite_head, ChainRules, Head, Record, Seal, SqliteAppender};
 use super::StoreError;
-use crate::receipts::seal::{Batch, Head};
-use crate::receipts::signer::Signer;
-use crate::receipts::Draft;
 
 /// A segment is closed and a new one started past this size; the applier deletes closed
 /// segments once their records are applied.
@@ -182,13 +181,13 @@ fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
 /// in chain order, a tenant's in one transaction with its head); the next one must continue the
 /// head exactly, or the journal and the database disagree and the gateway does not start.
 /// Returns how many records were written.
-pub fn replay(db_file: &Path, busy: Duration) -> Result<usize, StoreError> {
+pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules) -> Result<usize, StoreError> {
     let dir = dir_of(db_file);
     let all = segments(&dir)?;
     if all.is_empty() {
         return Ok(0);
     }
-    let mut conn = SqliteAppender::open(db_file, busy)?;
+    let mut conn = SqliteAppender::open(db_file, busy, rules)?;
     let mut heads: HashMap<String, Head> = HashMap::default();
     let mut todo: Vec<Record> = Vec::new();
     let newest = all.last().map(|(n, _)| *n);
@@ -196,7 +195,7 @@ pub fn replay(db_file: &Path, busy: Duration) -> Result<usize, StoreError> {
         for r in read_segment(path, Some(*n) == newest)? {
             let head = match heads.get(r.tenant_id()) {
                 Some(h) => h.clone(),
-                None => conn.head(r.tenant_id())?.unwrap_or_else(Head::genesis),
+                None => conn.head(r.tenant_id())?.unwrap_or_else(|| rules.genesis_head()),
             };
             if r.seq() <= head.seq {
                 heads.insert(r.tenant_id().to_string(), head);
@@ -264,6 +263,15 @@ struct Pending {
     boosted: bool,
 }
 
+impl Flush for Handoff {
+    fn flush(&self) {
+        let mut p = self.lock();
+        p.flush = true;
+        self.boost(&mut p);
+        self.wake.notify_one();
+    }
+}
+
 impl Handoff {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -283,13 +291,6 @@ impl Handoff {
         if first || p.count >= APPLY_AT {
             self.wake.notify_one();
         }
-    }
-
-    fn flush(&self) {
-        let mut p = self.lock();
-        p.flush = true;
-        self.boost(&mut p);
-        self.wake.notify_one();
     }
 
     /// Makes the applier batch work (it is behind, or someone waits for it).
@@ -352,58 +353,6 @@ impl Handoff {
     }
 }
 
-/// Journaled and applied counts, shared by the writer, the applier and the readers.
-#[derive(Debug)]
-pub struct Progress {
-    journaled: AtomicU64,
-    applied: tokio::sync::watch::Sender<u64>,
-    handoff: Arc<Handoff>,
-    /// When the applier's current failure began (ms since the Unix epoch; 0: it is not failing).
-    failing_since_ms: AtomicI64,
-    /// How long a reader waits for the applier before it is told the database is unavailable.
-    timeout: Duration,
-}
-
-impl Progress {
-    /// Every record journaled is applied.
-    pub fn caught_up(&self) -> bool {
-        *self.applied.borrow() >= self.journaled.load(Ordering::Acquire)
-    }
-
-    /// Waits until every record journaled before this call is in the database: asks the applier
-    /// to write now instead of at its next period.
-    pub async fn settled(&self) -> Result<(), StoreError> {
-        let target = self.journaled.load(Ordering::Acquire);
-        let mut applied = self.applied.subscribe();
-        if *applied.borrow() >= target {
-            return Ok(());
-        }
-        self.handoff.flush();
-        let waited = tokio::time::timeout(self.timeout, applied.wait_for(|&a| a >= target)).await.map(|r| r.is_ok());
-        match waited {
-            Ok(true) => Ok(()),
-            _ => Err(StoreError::Unavailable(
-                "receipts are committed to the journal but the database has not taken them yet".into(),
-            )),
-        }
-    }
-
-    /// Records journaled and not yet in the database.
-    pub fn pending(&self) -> u64 {
-        self.journaled.load(Ordering::Acquire).saturating_sub(*self.applied.borrow())
-    }
-
-    /// How long the applier has been failing (None: it is not).
-    pub fn failing_for(&self) -> Option<Duration> {
-        let since = self.failing_since_ms.load(Ordering::Relaxed);
-        (since > 0).then(|| Duration::from_millis((now_ms() - since).max(0) as u64))
-    }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 /// The writer's side of the journal: chain heads in memory, the current segment, the applier's
 /// queue.
 pub struct JournalWriter {
@@ -414,9 +363,11 @@ pub struct JournalWriter {
     /// The write failed part way: start a new segment before the next one.
     broken: bool,
     heads: HashMap<Arc<str>, Head>,
+    rules: ChainRules,
     /// A read connection for the head of a tenant seen for the first time.
     reader: rusqlite::Connection,
     buf: Vec<u8>,
+    handoff: Arc<Handoff>,
     progress: Arc<Progress>,
     /// `receipts.journal_apply_ms`.
     every: Duration,
@@ -424,7 +375,7 @@ pub struct JournalWriter {
 
 impl Drop for JournalWriter {
     fn drop(&mut self) {
-        self.progress.handoff.close();
+        self.handoff.close();
     }
 }
 
@@ -435,6 +386,7 @@ pub fn open(
     db_file: &Path,
     timeout: Duration,
     apply_every: Duration,
+    rules: ChainRules,
 ) -> Result<(JournalWriter, Applier, Arc<Progress>), StoreError> {
     let dir = dir_of(db_file);
     std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
@@ -443,17 +395,10 @@ pub fn open(
     let reader = rusqlite::Connection::open(db_file)
         .map_err(|e| StoreError::Unavailable(format!("{}: {e}", db_file.display())))?;
     let handoff = Arc::new(Handoff::default());
-    let (applied, _) = tokio::sync::watch::channel(0u64);
-    let progress = Arc::new(Progress {
-        journaled: AtomicU64::new(0),
-        applied,
-        handoff: handoff.clone(),
-        failing_since_ms: AtomicI64::new(0),
-        timeout,
-    });
+    let progress = Arc::new(Progress::new(handoff.clone(), timeout));
     let applier = Applier {
-        handoff,
-        conn: SqliteAppender::open(db_file, timeout)?,
+        handoff: handoff.clone(),
+        conn: SqliteAppender::open(db_file, timeout, rules)?,
         dir: dir.clone(),
         progress: progress.clone(),
     };
@@ -464,8 +409,10 @@ pub fn open(
         size,
         broken: false,
         heads: HashMap::default(),
+        rules,
         reader,
         buf: Vec::new(),
+        handoff,
         progress: progress.clone(),
         every: apply_every,
     };
@@ -480,40 +427,37 @@ fn open_segment(dir: &Path, n: u64) -> Result<(std::fs::File, u64), StoreError> 
 }
 
 impl JournalWriter {
-    /// Seals `drafts` after the heads this writer keeps and journals them: when it returns Ok
-    /// they are committed. Refused while the applier has been failing for longer than the
+    /// Seals a batch after the heads this writer keeps and journals its records: when it returns
+    /// Ok they are committed. Refused while the applier has been failing for longer than the
     /// commit timeout (the database takes no receipts: answers would outrun what readers can
     /// see).
-    pub fn append(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
+    pub fn append(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
         if let Some(failing) = self.progress.failing_for().filter(|f| *f > self.progress.timeout) {
             return Err(StoreError::Unavailable(format!(
                 "the database has taken no receipts for {failing:?} (the journal holds them)"
             )));
         }
         self.wait_for_room()?;
-        let batch = Batch::new(drafts);
         let mut heads = Vec::new();
-        for tenant in batch.tenants() {
-            let id = &tenant[0].tenant_id;
-            let head = match self.heads.get(id) {
+        for tenant in seal.tenants() {
+            let head = match self.heads.get(tenant) {
                 Some(h) => h.clone(),
-                None => sqlite_head(&self.reader, id)?.unwrap_or_else(Head::genesis),
+                None => sqlite_head(&self.reader, tenant)?.unwrap_or_else(|| self.rules.genesis_head()),
             };
             heads.push(head);
         }
-        let sealed = batch.seal(heads, signer);
-        let records = Record::sealed(&sealed, &signer.key_id);
+        let records = seal.seal(heads);
         self.buf.clear();
         for r in &records {
             serde_json::to_writer(&mut self.buf, r).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?;
             self.buf.push(b'\n');
         }
         self.write()?;
-        for chain in sealed.chains() {
-            self.heads.insert(chain.tenant_id.clone(), chain.head.clone());
+        for (tenant, head) in super::receipts::batch_ends(&records).map(Record::head) {
+            self.heads.insert(tenant, head);
         }
         let n = records.len();
-        self.progress.handoff.push(self.segment, records, self.every);
+        self.handoff.push(self.segment, records, self.every);
         // After the send: a reader that sees this count finds its records queued before its
         // flush request.
         self.progress.journaled.fetch_add(n as u64, Ordering::AcqRel);
@@ -531,7 +475,7 @@ impl JournalWriter {
                     self.progress.pending()
                 )));
             }
-            self.progress.handoff.flush();
+            self.handoff.flush();
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())
@@ -614,6 +558,8 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::receipts::rows::{Sealing, RULES};
+    use crate::receipts::signer::Signer;
     use crate::store::receipts::tests::draft;
 
     fn migrated_db() -> (PathBuf, PathBuf) {
@@ -654,14 +600,14 @@ mod tests {
         let (dir, file) = migrated_db();
         let signer = Signer::from_seed(&[7u8; 32]);
         let five = Duration::from_secs(5);
-        let (mut journal, applier, _) = open(&file, five, Duration::from_secs(3600)).unwrap();
+        let (mut journal, applier, _) = open(&file, five, Duration::from_secs(3600), RULES).unwrap();
         journal.heads.insert("tenant-a".into(), Head { seq: 41, hash: "ab".repeat(32).into() });
-        journal.append(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer).unwrap();
+        journal.append(&mut Sealing::new(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer)).unwrap();
         drop((journal, applier));
-        let err = replay(&file, five).unwrap_err().to_string();
+        let err = replay(&file, five, RULES).unwrap_err().to_string();
         assert!(err.contains("receipt seq 42 does not continue the stored chain (head seq 0)"), "{err}");
         assert!(err.contains(&dir_of(&file).display().to_string()), "{err}");
-        let conn = SqliteAppender::open(&file, five).unwrap();
+        let conn = SqliteAppender::open(&file, five, RULES).unwrap();
         assert_eq!(conn.head("tenant-a").unwrap(), None, "nothing written");
         assert_eq!(segments(&dir_of(&file)).unwrap().len(), 1, "the journal is kept for the operator");
         let _ = std::fs::remove_dir_all(dir);

@@ -14,6 +14,7 @@
 pub mod analytics;
 pub mod budget_requests;
 pub mod budgets;
+mod error;
 pub mod journal;
 pub mod keys;
 pub mod members;
@@ -21,6 +22,7 @@ pub mod notices;
 pub mod packs;
 pub mod period;
 pub mod policies;
+pub mod progress;
 pub mod prompts;
 pub mod providers;
 pub mod receipts;
@@ -31,6 +33,7 @@ pub mod spend;
 pub mod teams;
 pub mod tenants;
 pub mod tool_servers;
+mod value;
 pub mod webhooks;
 
 use std::future::Future;
@@ -40,17 +43,8 @@ use std::time::Duration;
 use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    #[error("database error: {0}")]
-    Query(#[from] sqlx::Error),
-    #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("{0}")]
-    Other(String),
-}
+pub use error::StoreError;
+use progress::Progress;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -66,7 +60,7 @@ pub struct Store {
     /// The SQLite database file (None on PostgreSQL), for the receipt writer's own connection.
     sqlite_file: Option<std::path::PathBuf>,
     /// With the receipt journal on: how far its records are in the database (readers wait).
-    journal: std::sync::Arc<OnceLock<std::sync::Arc<journal::Progress>>>,
+    journal: std::sync::Arc<OnceLock<std::sync::Arc<Progress>>>,
 }
 
 /// The native pool the receipt writer appends through (one connection on SQLite, where there
@@ -125,82 +119,14 @@ impl Store {
     async fn connect_inner(url: &str) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") { Backend::Sqlite } else { Backend::Postgres };
-        let mut url = url.to_string();
-        if backend == Backend::Sqlite {
-            let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
-            let path = path.split('?').next().unwrap_or(path).to_string();
-            if let Some(dir) = std::path::Path::new(&path).parent() {
-                if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir)
-                        .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
-                }
-            }
-            if url.contains(":memory:") {
-                // Every pooled connection would open its own empty database.
-                return Err(StoreError::Unavailable(
-                    "an in-memory SQLite database is not supported: give a file path (sqlite://PATH)".into(),
-                ));
-            }
-            if !url.contains("mode=") {
-                url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
-            }
-        }
-        let opts = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 4 } else { 10 })
-            .acquire_timeout(Duration::from_secs(5))
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    if backend == Backend::Sqlite {
-                        // WAL lets readers run beside the one writer; busy_timeout waits out
-                        // the writer instead of failing with SQLITE_BUSY.
-                        for pragma in [
-                            // Only a new database takes it (before its first table); see
-                            // [`NEW_DATABASE_PAGE_SIZE`].
-                            NEW_DATABASE_PAGE_SIZE_PRAGMA,
-                            "PRAGMA journal_mode=WAL",
-                            "PRAGMA synchronous=NORMAL",
-                            "PRAGMA busy_timeout=10000",
-                            "PRAGMA foreign_keys=ON",
-                        ] {
-                            sqlx::query(pragma).execute(&mut *conn).await?;
-                        }
-                    }
-                    Ok(())
-                })
-            });
+        let url = match backend {
+            Backend::Sqlite => sqlite_url(url)?,
+            Backend::Postgres => url.to_string(),
+        };
         let unavailable =
             |e: sqlx::Error| StoreError::Unavailable(crate::secrets::redact_credentials(&url, &e.to_string()));
-        let pool = opts.connect(&url).await.map_err(unavailable)?;
-        let mut sqlite_file = None;
-        let chain = match backend {
-            Backend::Sqlite => {
-                use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-                let options = url
-                    .parse::<SqliteConnectOptions>()
-                    .map_err(unavailable)?
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(10))
-                    .foreign_keys(true);
-                sqlite_file = Some(options.get_filename().to_path_buf());
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect_with(options)
-                    .await
-                    .map_err(unavailable)?;
-                ChainPool::Sqlite(pool)
-            }
-            Backend::Postgres => {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(2)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect(&url)
-                    .await
-                    .map_err(unavailable)?;
-                ChainPool::Postgres(pool)
-            }
-        };
+        let pool = any_pool(backend).connect(&url).await.map_err(unavailable)?;
+        let (chain, sqlite_file) = chain_pool(&url, backend).await.map_err(unavailable)?;
         Ok(Store { pool, backend, chain, sqlite_file, journal: Default::default() })
     }
 
@@ -226,7 +152,7 @@ impl Store {
 
     /// Makes every read of receipts, guardrail events and spend wait for the receipt journal
     /// ([`Store::settled`]).
-    pub fn use_journal(&self, progress: std::sync::Arc<journal::Progress>) {
+    pub fn use_journal(&self, progress: std::sync::Arc<Progress>) {
         let _ = self.journal.set(progress);
     }
 
@@ -273,6 +199,87 @@ impl Store {
             Ok(())
         })
         .await
+    }
+}
+
+/// A SQLite URL ready to connect: its directory created, the file created on first connect
+/// (`mode=rwc`). An in-memory database is refused: every pooled connection would open its own
+/// empty one.
+fn sqlite_url(url: &str) -> Result<String, StoreError> {
+    let mut url = url.to_string();
+    let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let path = path.split('?').next().unwrap_or(path).to_string();
+    if let Some(dir) = std::path::Path::new(&path).parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+        }
+    }
+    if url.contains(":memory:") {
+        return Err(StoreError::Unavailable(
+            "an in-memory SQLite database is not supported: give a file path (sqlite://PATH)".into(),
+        ));
+    }
+    if !url.contains("mode=") {
+        url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+    }
+    Ok(url)
+}
+
+/// The options of the shared pool every query but the receipt append uses.
+fn any_pool(backend: Backend) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(if backend == Backend::Sqlite { 4 } else { 10 })
+        .acquire_timeout(Duration::from_secs(5))
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if backend == Backend::Sqlite {
+                    // WAL lets readers run beside the one writer; busy_timeout waits out
+                    // the writer instead of failing with SQLITE_BUSY.
+                    for pragma in [
+                        // Only a new database takes it (before its first table); see
+                        // [`NEW_DATABASE_PAGE_SIZE`].
+                        NEW_DATABASE_PAGE_SIZE_PRAGMA,
+                        "PRAGMA journal_mode=WAL",
+                        "PRAGMA synchronous=NORMAL",
+                        "PRAGMA busy_timeout=10000",
+                        "PRAGMA foreign_keys=ON",
+                    ] {
+                        sqlx::query(pragma).execute(&mut *conn).await?;
+                    }
+                }
+                Ok(())
+            })
+        })
+}
+
+/// The receipt writer's native pool ([`ChainPool`]) and, on SQLite, the database file.
+async fn chain_pool(url: &str, backend: Backend) -> Result<(ChainPool, Option<std::path::PathBuf>), sqlx::Error> {
+    match backend {
+        Backend::Sqlite => {
+            use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+            let options = url
+                .parse::<SqliteConnectOptions>()?
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(10))
+                .foreign_keys(true);
+            let file = options.get_filename().to_path_buf();
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(options)
+                .await?;
+            Ok((ChainPool::Sqlite(pool), Some(file)))
+        }
+        Backend::Postgres => {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(2)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect(url)
+                .await?;
+            Ok((ChainPool::Postgres(pool), None))
+        }
     }
 }
 

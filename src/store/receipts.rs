@@ -1,82 +1,126 @@
-//! Receipt rows: the batched, chained append and the reads of the receipt API.
+//! Receipt rows: the chained append of sealed rows, on every backend, and the reads of the
+//! receipt API.
 //!
-//! The append seals nothing itself: [`append_batch`] locks the batch's chain heads, hands the
-//! drafts to the pure sealing step (`receipts::seal`) and writes what comes back in one
-//! transaction (`ChainTx`).
+//! The store seals nothing and builds no row itself: an append locks the batch's chain heads,
+//! hands them to the receipt domain's sealing step (a [`Seal`]) and executes the [`Record`]s
+//! that come back in one transaction, on sqlx ([`append_sealed`]: PostgreSQL, and SQLite
+//! through sqlx) or on the receipt writer's own SQLite connection ([`SqliteAppender`]). The
+//! receipt journal (`store::journal`) writes the same records to a file first.
 
 use foldhash::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::spend::Deltas;
+pub use super::value::Value;
 use super::{Backend, ChainPool, Store, StoreError};
-use crate::receipts::canonical::{Check, Receipt, GENESIS};
-use crate::receipts::seal::{self, Batch, Head, SealedBatch};
-use crate::receipts::signer::Signer;
-use crate::receipts::Draft;
-use crate::receipts::Term;
 
-/// A stored receipt: the signed members plus chain fields and side channels.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredReceipt {
-    pub receipt: Receipt,
-    pub this_hash: String,
-    pub signature: String,
-    pub key_id: String,
-    pub kind: String,
-    pub pack_version: String,
+/// A tenant's chain head: the newest receipt's `seq` and `thisHash`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub seq: u64,
+    pub hash: Arc<str>,
 }
 
-/// The columns of `receipts`, in the order the append binds them and a packed page carries
-/// them. Every column list (insert, select, packed page) is derived from this one table.
-const RECEIPT_COLUMNS: [Column; 24] = {
-    use Value::{Int, Real, Static, Text};
+/// What the receipt domain decides for every append, as plain values: the hash a tenant's chain
+/// starts from, and the spend periods a receipt's cost adds to (from its `ts`).
+#[derive(Debug, Clone, Copy)]
+pub struct ChainRules {
+    /// The head hash of a tenant before its first receipt.
+    pub genesis: &'static str,
+    pub spend_periods: for<'a> fn(&'a str) -> [&'a str; 2],
+}
+
+impl ChainRules {
+    /// The head of a tenant before its first receipt.
+    pub fn genesis_head(&self) -> Head {
+        Head { seq: 0, hash: Arc::from(self.genesis) }
+    }
+}
+
+/// One batch to append, as the receipt domain seals it (`receipts::rows`): the tenants whose
+/// chains it continues, and the sealing step, run once their heads are locked.
+pub trait Seal {
+    /// The batch's tenants, in the order their heads are locked and handed to [`Seal::seal`]
+    /// (tenant id order: concurrent writers lock heads in the same order and cannot deadlock).
+    fn tenants(&self) -> impl Iterator<Item = &Arc<str>> + Send;
+
+    /// The batch's records, sealed after `heads` (one per tenant): grouped by tenant, in
+    /// [`Seal::tenants`] order, each tenant's in chain order.
+    fn seal(&mut self, heads: Vec<Head>) -> Vec<Record>;
+}
+
+/// A `receipts` row as row queries read it (every column but the write-only ones): `S` is
+/// `String` from a row query, `&str` from a packed page. `checks` is the column's JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceiptRow<S> {
+    pub v: u32,
+    pub tenant_id: S,
+    pub seq: u64,
+    pub receipt_id: S,
+    pub request_id: S,
+    pub actor: S,
+    pub provider: S,
+    pub model: S,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_usd: f64,
+    pub checks: S,
+    pub upstream_status: S,
+    pub ts: S,
+    pub prev_hash: S,
+    pub this_hash: S,
+    pub signature: S,
+    pub key_id: S,
+    pub kind: S,
+    pub pack_version: S,
+}
+
+/// The columns of `receipts`, in the order a [`Record`] holds their values, the append binds
+/// them and a packed page carries them. Every column list (insert, select, packed page) is
+/// derived from this one table; the receipt domain builds a record's values in its order.
+pub const RECEIPT_COLUMNS: [Column; 24] = {
     const NUMBER: Read = Read::Page(Field::Number);
     const REAL: Read = Read::Page(Field::Real);
     const TEXT: Read = Read::Page(Field::Text);
     [
-        col("tenant_id", Read::Row, |_, r| Text(r.draft.tenant_id.clone())),
-        col("seq", NUMBER, |_, r| Int(r.seq as i64)),
-        col("receipt_id", TEXT, |_, r| Text(r.draft.receipt_id.as_str().into())),
-        col("v", NUMBER, |_, _| Int(1)),
-        col("request_id", TEXT, |_, r| Text(r.draft.request_id.as_str().into())),
-        col("actor", TEXT, |_, r| Text(r.draft.actor.clone())),
-        col("provider", TEXT, |b, r| Text(b.get(&r.draft.provider))),
-        col("model", TEXT, |b, r| Text(b.get(&r.draft.model))),
-        col("prompt_tokens", NUMBER, |_, r| Int(r.draft.prompt_tokens as i64)),
-        col("completion_tokens", NUMBER, |_, r| Int(r.draft.completion_tokens as i64)),
-        col("cost_usd", REAL, |_, r| Real(r.draft.cost_usd)),
-        col("checks", TEXT, |b, r| Text(b.checks(&r.draft.checks))),
-        col("upstream_status", TEXT, |b, r| Text(b.get(r.draft.upstream_status.as_str()))),
-        col("ts", TEXT, |_, r| Text(r.draft.ts.as_str().into())),
-        col("prev_hash", TEXT, |_, r| Text(r.prev_hash.clone())),
-        col("this_hash", TEXT, |_, r| Text(r.this_hash.clone())),
-        col("signature", TEXT, |_, r| Text(signature_b64(&r.signature))),
-        col("key_id", TEXT, |b, _| Text(b.key_id.clone())),
-        col("kind", TEXT, |_, r| Static(r.draft.kind.as_str())),
-        col("receipt_pack_version", TEXT, |b, r| Text(b.get(&r.draft.pack_version))),
-        col("check_names", Read::No, |b, r| Text(b.check_names(&r.draft.checks))),
-        col("cache_result", Read::No, |_, r| Static(r.draft.cache.result)),
-        col("saved_tokens", Read::No, |_, r| Int(r.draft.cache.saved_tokens as i64)),
-        col("saved_usd", Read::No, |_, r| Real(r.draft.cache.saved_usd)),
+        col("tenant_id", Read::Row),
+        col("seq", NUMBER),
+        col("receipt_id", TEXT),
+        col("v", NUMBER),
+        col("request_id", TEXT),
+        col("actor", TEXT),
+        col("provider", TEXT),
+        col("model", TEXT),
+        col("prompt_tokens", NUMBER),
+        col("completion_tokens", NUMBER),
+        col("cost_usd", REAL),
+        col("checks", TEXT),
+        col("upstream_status", TEXT),
+        col("ts", TEXT),
+        col("prev_hash", TEXT),
+        col("this_hash", TEXT),
+        col("signature", TEXT),
+        col("key_id", TEXT),
+        col("kind", TEXT),
+        col("receipt_pack_version", TEXT),
+        col("check_names", Read::No),
+        col("cache_result", Read::No),
+        col("saved_tokens", Read::No),
+        col("saved_usd", Read::No),
     ]
 };
 
-const fn col(name: &'static str, read: Read, value: ColumnValue) -> Column {
-    Column { name, read, value }
+const fn col(name: &'static str, read: Read) -> Column {
+    Column { name, read }
 }
 
-/// A column's value for one sealed row (shared values come from the batch's [`Binder`]).
-type ColumnValue = for<'a> fn(&mut Binder<'a>, &seal::Row<'a>) -> Value;
-
-/// One column of `receipts`: its name, how it is read back, and its value for a sealed row.
-struct Column {
-    name: &'static str,
+/// One column of `receipts`: its name and how it is read back.
+pub struct Column {
+    pub name: &'static str,
     read: Read,
-    value: ColumnValue,
 }
 
 /// Where a column is read back.
@@ -84,8 +128,8 @@ struct Column {
 enum Read {
     /// Never: written for the `check` filter and the cache report only.
     No,
-    /// Into a [`StoredReceipt`] by row queries ([`from_row`]); packed pages leave it out (a
-    /// page is one tenant's).
+    /// Into a [`ReceiptRow`] by row queries ([`from_row`]); packed pages leave it out (a page
+    /// is one tenant's).
     Row,
     /// By row queries, and in packed pages as this field (see [`seq_range_packed`]).
     Page(Field),
@@ -105,112 +149,33 @@ enum Field {
     Text,
 }
 
-/// A column value as bound. In the receipt journal a value is its JSON number or string (an
-/// integer reads back as `Int`, a number with a fraction or exponent as `Real`: serde_json writes
-/// every `f64` with one, and reads it back exactly).
-#[derive(Debug, Clone)]
-pub(super) enum Value {
-    Int(i64),
-    Real(f64),
-    Text(Arc<str>),
-    Static(&'static str),
-}
-
-impl PartialEq for Value {
-    fn eq(&self, other: &Value) -> bool {
-        match (self, other) {
-            (Value::Int(a), Value::Int(b)) => a == b,
-            (Value::Real(a), Value::Real(b)) => a.to_bits() == b.to_bits(),
-            (Value::Text(_) | Value::Static(_), Value::Text(_) | Value::Static(_)) => self.as_text() == other.as_text(),
-            _ => false,
-        }
-    }
-}
-
-impl Value {
-    fn as_text(&self) -> Option<&str> {
-        match self {
-            Value::Text(t) => Some(t),
-            Value::Static(t) => Some(t),
-            _ => None,
-        }
-    }
-}
-
-impl serde::Serialize for Value {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Value::Int(v) => s.serialize_i64(*v),
-            Value::Real(v) => s.serialize_f64(*v),
-            Value::Text(v) => s.serialize_str(v),
-            Value::Static(v) => s.serialize_str(v),
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Value {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
-        struct Visit;
-        impl serde::de::Visitor<'_> for Visit {
-            type Value = Value;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a number or a string")
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-                Ok(Value::Int(v))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
-                i64::try_from(v).map(Value::Int).map_err(|_| E::custom("integer out of range"))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-                Ok(Value::Real(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-                Ok(Value::Text(v.into()))
-            }
-        }
-        d.deserialize_any(Visit)
-    }
-}
-
 /// Column names joined with `, `: those whose [`Read`] `keep` accepts, in table order.
 fn column_list(keep: impl Fn(Read) -> bool) -> String {
     RECEIPT_COLUMNS.iter().filter(|c| keep(c.read)).map(|c| c.name).collect::<Vec<_>>().join(", ")
 }
 
-/// What row queries select: every column a [`StoredReceipt`] holds.
+/// What row queries select: every column a [`ReceiptRow`] holds.
 static COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|r| r != Read::No));
 static INSERT_COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|_| true));
 
-fn signature_b64(signature: &[u8; 64]) -> Arc<str> {
-    let mut b64 = [0u8; 88];
-    B64.encode_slice(signature, &mut b64).expect("64 bytes are 88 base64 characters");
-    Arc::from(std::str::from_utf8(&b64).expect("base64 is ASCII"))
-}
-
-fn from_row(r: &AnyRow) -> Result<StoredReceipt, sqlx::Error> {
-    let checks: String = r.try_get("checks")?;
-    let checks: Vec<Check> =
-        serde_json::from_str(&checks).map_err(|e| sqlx::Error::Decode(format!("checks column: {e}").into()))?;
+fn from_row(r: &AnyRow) -> Result<ReceiptRow<String>, sqlx::Error> {
     let n = |c: &str| -> Result<u64, sqlx::Error> { Ok(r.try_get::<i64, _>(c)?.max(0) as u64) };
-    Ok(StoredReceipt {
-        receipt: Receipt {
-            v: n("v")? as u32,
-            tenant_id: r.try_get("tenant_id")?,
-            seq: n("seq")?,
-            receipt_id: r.try_get("receipt_id")?,
-            request_id: r.try_get("request_id")?,
-            actor: r.try_get("actor")?,
-            provider: r.try_get("provider")?,
-            model: r.try_get("model")?,
-            prompt_tokens: n("prompt_tokens")?,
-            completion_tokens: n("completion_tokens")?,
-            cost_usd: r.try_get("cost_usd")?,
-            checks,
-            upstream_status: Term::parse(&r.try_get::<String, _>("upstream_status")?),
-            ts: r.try_get("ts")?,
-            prev_hash: r.try_get("prev_hash")?,
-        },
+    Ok(ReceiptRow {
+        v: n("v")? as u32,
+        tenant_id: r.try_get("tenant_id")?,
+        seq: n("seq")?,
+        receipt_id: r.try_get("receipt_id")?,
+        request_id: r.try_get("request_id")?,
+        actor: r.try_get("actor")?,
+        provider: r.try_get("provider")?,
+        model: r.try_get("model")?,
+        prompt_tokens: n("prompt_tokens")?,
+        completion_tokens: n("completion_tokens")?,
+        cost_usd: r.try_get("cost_usd")?,
+        checks: r.try_get("checks")?,
+        upstream_status: r.try_get("upstream_status")?,
+        ts: r.try_get("ts")?,
+        prev_hash: r.try_get("prev_hash")?,
         this_hash: r.try_get("this_hash")?,
         signature: r.try_get("signature")?,
         key_id: r.try_get("key_id")?,
@@ -241,37 +206,30 @@ fn statement_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
-/// Appends a batch in one transaction: lock every tenant's chain head (in tenant id order, so
-/// concurrent writers lock heads in the same order), seal the drafts after them
-/// ([`Batch::seal`]), insert the receipts and guardrail events, move spend and the heads. On
-/// PostgreSQL the head rows are locked (`FOR UPDATE`) so several gateway processes keep one
-/// gap-free chain per tenant. Returns how many receipts were written.
+/// Appends a batch in one transaction: lock every tenant's chain head (in [`Seal::tenants`]
+/// order), seal the batch after them, then write its records (receipts, guardrail events,
+/// webhook outbox, spend) and move the heads. On PostgreSQL the head rows are locked
+/// (`FOR UPDATE`) so several gateway processes keep one gap-free chain per tenant. Returns how
+/// many receipts were written.
 ///
-/// The drafts are shared, not consumed: a failed batch is retried from the same drafts.
-pub async fn append_batch(
+/// Runs on the calling task, which must run on the database runtime (the receipt writer does).
+/// Unlike a spawned task, dropping this future (the writer's commit timeout) abandons the
+/// transaction: it is rolled back, not committed later behind the writer's back.
+pub async fn append_sealed<S: Seal + Send + Sync>(
     store: &Store,
-    drafts: impl Into<Arc<[Draft]>>,
-    signer: Arc<Signer>,
+    rules: ChainRules,
+    seal: &mut S,
 ) -> Result<usize, StoreError> {
-    let drafts: Arc<[Draft]> = drafts.into();
-    let here = store.clone();
-    store.run(move |_, _| async move { append_batch_here(&here, &drafts, &signer).await }).await
-}
-
-/// [`append_batch`] on the calling task, which must run on the database runtime (the receipt
-/// writer does). Unlike a spawned task, dropping this future (the writer's commit timeout)
-/// abandons the transaction: it is rolled back, not committed later behind the writer's back.
-pub async fn append_batch_here(store: &Store, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
     let backend = store.backend();
-    match store.chain_pool() {
+    let written = match store.chain_pool() {
         ChainPool::Sqlite(pool) => {
-            ChainTx::<sqlx::Sqlite>::append(&mut *pool.acquire().await?, backend, drafts, signer).await?
+            ChainTx::<sqlx::Sqlite>::append(&mut *pool.acquire().await?, backend, rules, seal).await?
         }
         ChainPool::Postgres(pool) => {
-            ChainTx::<sqlx::Postgres>::append(&mut *pool.acquire().await?, backend, drafts, signer).await?
+            ChainTx::<sqlx::Postgres>::append(&mut *pool.acquire().await?, backend, rules, seal).await?
         }
-    }
-    Ok(drafts.len())
+    };
+    Ok(written)
 }
 
 /// The append's transaction on the receipt writer's native connection, step by step.
@@ -292,32 +250,28 @@ where
     &'static str: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    /// [`append_batch`] on one connection.
-    async fn append(
+    /// [`append_sealed`] on one connection.
+    async fn append<S: Seal + Send + Sync>(
         conn: &'c mut DB::Connection,
         backend: Backend,
-        drafts: &[Draft],
-        signer: &Signer,
-    ) -> Result<(), sqlx::Error> {
-        let batch = Batch::new(drafts);
+        rules: ChainRules,
+        seal: &mut S,
+    ) -> Result<usize, sqlx::Error> {
         let mut tx = Self::begin(conn, backend).await?;
         let mut heads = Vec::new();
-        for tenant in batch.tenants() {
-            heads.push(tx.lock_head(&tenant[0].tenant_id).await?);
+        for tenant in seal.tenants() {
+            heads.push(tx.lock_head(tenant.clone(), rules.genesis).await?);
         }
-        let sealed = batch.seal(heads, signer);
-        tx.insert_receipts(&sealed, &signer.key_id).await?;
-        tx.insert_events(batch.drafts()).await?;
-        tx.apply_spend(batch.drafts()).await?;
-        for d in batch.drafts() {
-            for ev in &d.outbox {
-                super::webhooks::enqueue::<DB>(&mut tx.tx, ev).await?;
-            }
+        let records = seal.seal(heads);
+        tx.insert_receipts(&records).await?;
+        tx.insert_events(&records).await?;
+        tx.enqueue_outbox(&records).await?;
+        tx.apply_spend(&records, rules).await?;
+        for r in batch_ends(&records) {
+            tx.set_head(r).await?;
         }
-        for chain in sealed.chains() {
-            tx.set_head(chain.tenant_id, &chain.head).await?;
-        }
-        tx.commit().await
+        tx.tx.commit().await?;
+        Ok(records.len())
     }
 
     async fn begin(conn: &'c mut DB::Connection, backend: Backend) -> Result<Self, sqlx::Error> {
@@ -330,42 +284,34 @@ where
         Ok(ChainTx { tx, backend })
     }
 
-    /// The tenant's chain head (created at genesis before its first receipt), locked until
+    /// The tenant's chain head (created at `genesis` before its first receipt), locked until
     /// commit on PostgreSQL.
-    async fn lock_head(&mut self, tenant: &Arc<str>) -> Result<Head, sqlx::Error> {
+    async fn lock_head(&mut self, tenant: Arc<str>, genesis: &'static str) -> Result<Head, sqlx::Error> {
         sqlx::query::<DB>(
             "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING",
         )
         .bind(tenant.clone())
-        .bind(GENESIS)
+        .bind(genesis)
         .execute(&mut *self.tx)
         .await?;
         let sql: &'static str = match self.backend {
             Backend::Postgres => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1 FOR UPDATE",
             Backend::Sqlite => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1",
         };
-        let row = sqlx::query::<DB>(sql).bind(tenant.clone()).fetch_one(&mut *self.tx).await?;
+        let row = sqlx::query::<DB>(sql).bind(tenant).fetch_one(&mut *self.tx).await?;
         Ok(Head { seq: row.try_get::<i64, _>(0usize)?.max(0) as u64, hash: row.try_get::<String, _>(1usize)?.into() })
     }
 
-    async fn insert_receipts(&mut self, sealed: &SealedBatch<'_>, key_id: &str) -> Result<(), sqlx::Error> {
-        let mut binder = Binder::new(key_id);
-        for chunk in statement_chunks(sealed.rows()) {
+    async fn insert_receipts(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
+        for chunk in statement_chunks(records) {
             let sql = format!(
                 "INSERT INTO receipts ({}) VALUES {}",
                 *INSERT_COLUMNS,
                 values_list(self.backend, chunk.len(), RECEIPT_COLUMNS.len())
             );
             let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
-            for row in chunk {
-                for column in &RECEIPT_COLUMNS {
-                    q = match (column.value)(&mut binder, row) {
-                        Value::Int(v) => q.bind(v),
-                        Value::Real(v) => q.bind(v),
-                        Value::Text(v) => q.bind(v),
-                        Value::Static(v) => q.bind(v),
-                    };
-                }
+            for value in chunk.iter().flat_map(|r| &r.row) {
+                q = bind(q, value);
             }
             q.execute(&mut *self.tx).await?;
         }
@@ -373,10 +319,10 @@ where
     }
 
     /// Guardrail redactions and blocks, beside their receipts (categories only, never text).
-    async fn insert_events(&mut self, drafts: &[&Draft]) -> Result<(), sqlx::Error> {
+    async fn insert_events(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
         const EVENT_COLUMNS: [&str; 10] =
             ["id", "tenant_id", "ts", "receipt_id", "actor", "model", "check_name", "result", "category", "direction"];
-        let events: Vec<_> = drafts.iter().flat_map(|&d| d.events.iter().map(move |e| (d, e))).collect();
+        let events: Vec<&Vec<Value>> = records.iter().flat_map(|r| &r.events).collect();
         for chunk in statement_chunks(&events) {
             let sql = format!(
                 "INSERT INTO guardrail_events ({}) VALUES {}",
@@ -384,64 +330,98 @@ where
                 values_list(self.backend, chunk.len(), EVENT_COLUMNS.len())
             );
             let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
-            for (d, e) in chunk {
-                q = q
-                    .bind(uuid::Uuid::now_v7().to_string())
-                    .bind(d.tenant_id.clone())
-                    .bind(d.ts.clone())
-                    .bind(d.receipt_id.clone())
-                    .bind(d.actor.clone())
-                    .bind(d.model.clone())
-                    .bind("GUARDRAIL")
-                    .bind(e.result)
-                    .bind(e.category.clone())
-                    .bind(e.direction);
+            for e in chunk {
+                // A record leaves `check_name` out: it is always GUARDRAIL.
+                let (before, after) = e.split_at(6);
+                q = before.iter().fold(q, bind).bind("GUARDRAIL");
+                q = after.iter().fold(q, bind);
             }
             q.execute(&mut *self.tx).await?;
         }
         Ok(())
     }
 
+    /// Webhook events the receipts caused, fanned out to their subscribers in this transaction.
+    async fn enqueue_outbox(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
+        for values in records.iter().flat_map(|r| &r.outbox) {
+            values.iter().fold(sqlx::query::<DB>(super::webhooks::FAN_OUT), bind).execute(&mut *self.tx).await?;
+        }
+        Ok(())
+    }
+
     /// Spend moves with its receipts: all of it lands, or none of it.
-    async fn apply_spend(&mut self, drafts: &[&Draft]) -> Result<(), sqlx::Error> {
-        let mut spend = super::spend::Deltas::default();
-        for d in drafts.iter().filter(|d| d.cost_usd != 0.0) {
-            spend.add(&d.tenant_id, &d.key_id, crate::checks::budget::TOTAL, d.cost_usd);
-            spend.add(&d.tenant_id, &d.key_id, d.ts.get(..7).unwrap_or_default(), d.cost_usd);
+    async fn apply_spend(&mut self, records: &[Record], rules: ChainRules) -> Result<(), sqlx::Error> {
+        let mut spend = Deltas::default();
+        for r in records {
+            r.add_spend(&mut spend, rules.spend_periods);
         }
         super::spend::apply::<DB>(&mut self.tx, spend).await
     }
 
-    async fn set_head(&mut self, tenant: &Arc<str>, head: &Head) -> Result<(), sqlx::Error> {
-        sqlx::query::<DB>("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
-            .bind(head.seq as i64)
-            .bind(head.hash.clone())
-            .bind(tenant.clone())
-            .execute(&mut *self.tx)
-            .await?;
+    /// Moves the tenant's head to `last`, its newest record.
+    async fn set_head(&mut self, last: &Record) -> Result<(), sqlx::Error> {
+        let q = sqlx::query::<DB>("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
+            .bind(last.seq() as i64);
+        bind(bind(q, &last.row[THIS_HASH]), &last.row[TENANT]).execute(&mut *self.tx).await?;
         Ok(())
-    }
-
-    async fn commit(self) -> Result<(), sqlx::Error> {
-        self.tx.commit().await
     }
 }
 
-/// The receipt writer's own SQLite connection: the append transaction of [`ChainTx`], run
-/// statement after statement on the calling thread with cached prepared statements, without a
-/// hand-off per statement. The receipt writer owns it (`receipts::writer`) and lends it to a
-/// request alone in flight.
+type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>;
+
+/// Binds one value to a sqlx query.
+fn bind<'q, DB>(q: Query<'q, DB>, value: &Value) -> Query<'q, DB>
+where
+    DB: sqlx::Database,
+    Arc<str>: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    i64: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    f64: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    &'static str: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    match value {
+        Value::Int(v) => q.bind(*v),
+        Value::Real(v) => q.bind(*v),
+        Value::Text(v) => q.bind(v.clone()),
+        Value::Static(v) => q.bind(*v),
+    }
+}
+
+/// Each tenant's newest record in one sealed batch (whose records come grouped by tenant, each
+/// tenant's in chain order): its new head.
+pub fn batch_ends(records: &[Record]) -> impl Iterator<Item = &Record> {
+    records.chunk_by(|a, b| a.tenant_id() == b.tenant_id()).filter_map(<[Record]>::last)
+}
+
+/// Each tenant's newest record among any records (a tenant's records are in chain order): its
+/// new head.
+fn chain_ends<R: std::borrow::Borrow<Record>>(records: &[R]) -> impl Iterator<Item = &Record> {
+    let mut last: HashMap<&str, &Record> = HashMap::default();
+    for r in records.iter().map(std::borrow::Borrow::borrow) {
+        last.insert(r.tenant_id(), r);
+    }
+    last.into_values()
+}
+
+/// The receipt writer's own SQLite connection: the append transaction of [`append_sealed`],
+/// run statement after statement on the calling thread with cached prepared statements,
+/// without a hand-off per statement. The receipt writer owns it (`receipts::writer`) and lends
+/// it to a request alone in flight.
 pub struct SqliteAppender {
     conn: rusqlite::Connection,
     /// How long [`SqliteAppender::append`] waits for a lock held elsewhere.
     busy: std::time::Duration,
+    rules: ChainRules,
 }
 
 impl SqliteAppender {
     /// Opens `file` (created and migrated by the store already). `busy` is how long a commit
     /// waits for a lock held elsewhere; the connection never checkpoints the WAL itself (see
     /// [`checkpoint_passive`]), so no commit stalls on copying the log into the database.
-    pub fn open(file: &std::path::Path, busy: std::time::Duration) -> Result<SqliteAppender, StoreError> {
+    pub fn open(
+        file: &std::path::Path,
+        busy: std::time::Duration,
+        rules: ChainRules,
+    ) -> Result<SqliteAppender, StoreError> {
         let conn = rusqlite::Connection::open(file)
             .map_err(|e| StoreError::Unavailable(format!("{}: {e}", file.display())))?;
         conn.busy_timeout(busy).map_err(sqlite_err)?;
@@ -451,7 +431,7 @@ impl SqliteAppender {
         )
         .map_err(sqlite_err)?;
         conn.set_prepared_statement_cache_capacity(32);
-        Ok(SqliteAppender { conn, busy })
+        Ok(SqliteAppender { conn, busy, rules })
     }
 
     /// Checkpoints the frames the background checkpointer left behind (those appended while it
@@ -467,29 +447,29 @@ impl SqliteAppender {
     /// [`SqliteAppender::append`] that fails at once (`SQLITE_BUSY`) instead of waiting when
     /// another connection holds the write lock: for callers that must not block (a request
     /// committing its own receipt on a proxy thread), who hand the drafts to the writer then.
-    pub fn append_unless_busy(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
+    pub fn append_unless_busy(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
         self.conn.busy_timeout(std::time::Duration::ZERO).map_err(sqlite_err)?;
-        let appended = self.append(drafts, signer);
+        let appended = self.append(seal);
         self.conn.busy_timeout(self.busy).map_err(sqlite_err)?;
         appended
     }
 
-    /// [`append_batch`] on this connection: the same rows, events, spend and heads, in one
+    /// [`append_sealed`] on this connection: the same rows, events, spend and heads, in one
     /// `BEGIN IMMEDIATE` transaction.
-    pub fn append(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, StoreError> {
-        let batch = Batch::new(drafts);
+    pub fn append(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
+        let rules = self.rules;
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
         let mut heads = Vec::new();
-        for tenant in batch.tenants() {
+        for tenant in seal.tenants() {
             tx.prepare_cached("INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES (?1, 0, ?2) ON CONFLICT (tenant_id) DO NOTHING")
-                .and_then(|mut st| st.execute(rusqlite::params![&*tenant[0].tenant_id, GENESIS]))
+                .and_then(|mut st| st.execute(rusqlite::params![&**tenant, rules.genesis]))
                 .map_err(sqlite_err)?;
-            heads.push(sqlite_head(&tx, &tenant[0].tenant_id)?.unwrap_or_else(Head::genesis));
+            heads.push(sqlite_head(&tx, tenant)?.unwrap_or_else(|| rules.genesis_head()));
         }
-        let records = Record::sealed(&batch.seal(heads, signer), &signer.key_id);
-        write_records(&tx, &records)?;
+        let records = seal.seal(heads);
+        write_records(&tx, &records, rules)?;
         tx.commit().map_err(sqlite_err)?;
-        Ok(drafts.len())
+        Ok(records.len())
     }
 
     /// Writes records sealed elsewhere (the receipt journal's) in one `BEGIN IMMEDIATE`
@@ -497,7 +477,7 @@ impl SqliteAppender {
     /// journal seals after the heads it keeps, and replay skips what is already stored).
     pub fn apply(&mut self, records: &[&Record]) -> Result<(), StoreError> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
-        write_records(&tx, records)?;
+        write_records(&tx, records, self.rules)?;
         tx.commit().map_err(sqlite_err)
     }
 
@@ -522,6 +502,7 @@ pub fn sqlite_head(conn: &rusqlite::Connection, tenant: &str) -> Result<Option<H
 
 /// One sealed receipt as the store writes it: its `receipts` row (values in [`RECEIPT_COLUMNS`]
 /// order), its guardrail events, its webhook events and the key its cost adds to. The receipt
+/// domain builds them (`receipts::rows`); every append path writes them, and the receipt
 /// journal holds one per line (`store::journal`), so a record is also what replay writes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
@@ -538,28 +519,33 @@ pub struct Record {
     spend_key: Arc<str>,
 }
 
-/// The place of column `name` in [`RECEIPT_COLUMNS`] (and in [`Record::row`]), found at compile
+/// The place of column `name` in [`RECEIPT_COLUMNS`] (and in a record's row), found at compile
 /// time: a name that is not there fails the build.
-const fn column(name: &str) -> usize {
+pub const fn column(name: &str) -> usize {
     let mut i = 0;
     while i < RECEIPT_COLUMNS.len() {
-        let c = RECEIPT_COLUMNS[i].name.as_bytes();
-        let n = name.as_bytes();
-        if c.len() == n.len() {
-            let mut k = 0;
-            while k < n.len() && c[k] == n[k] {
-                k += 1;
-            }
-            if k == n.len() {
-                return i;
-            }
+        if same(RECEIPT_COLUMNS[i].name, name) {
+            return i;
         }
         i += 1;
     }
     panic!("not a column of receipts")
 }
 
-/// Where [`Record::row`] holds the columns the store reads back from a record.
+/// Whether two strings are equal, at compile time.
+pub const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut k = 0;
+    while k < a.len() && a[k] == b[k] {
+        k += 1;
+    }
+    k == a.len()
+}
+
+/// Where a record's row holds the columns the store reads back from it.
 const TENANT: usize = column("tenant_id");
 const SEQ: usize = column("seq");
 const COST: usize = column("cost_usd");
@@ -567,44 +553,18 @@ const TS: usize = column("ts");
 const PREV_HASH: usize = column("prev_hash");
 const THIS_HASH: usize = column("this_hash");
 
-/// The columns of a guardrail event, in the order [`Record::events`] holds them.
+/// How many values a guardrail event of a record holds (every column but `check_name`).
+pub const EVENT_VALUES: usize = 9;
+
+/// The columns of a guardrail event, in the order a record's events hold them.
 const EVENT_INSERT: &str = "INSERT INTO guardrail_events (id, tenant_id, ts, receipt_id, actor, model, check_name, \
                             result, category, direction) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'GUARDRAIL', ?7, ?8, ?9)";
 
 impl Record {
-    /// The records of a sealed batch, in sealing order.
-    pub fn sealed(sealed: &SealedBatch<'_>, key_id: &str) -> Vec<Record> {
-        let mut binder = Binder::new(key_id);
-        sealed
-            .rows()
-            .iter()
-            .map(|row| {
-                let d = row.draft;
-                let events = d
-                    .events
-                    .iter()
-                    .map(|e| {
-                        vec![
-                            Value::Text(uuid::Uuid::now_v7().to_string().into()),
-                            Value::Text(d.tenant_id.clone()),
-                            Value::Text(d.ts.as_str().into()),
-                            Value::Text(d.receipt_id.as_str().into()),
-                            Value::Text(d.actor.clone()),
-                            Value::Text(binder.get(&d.model)),
-                            Value::Static(e.result),
-                            Value::Text(e.category.as_str().into()),
-                            Value::Static(e.direction),
-                        ]
-                    })
-                    .collect();
-                Record {
-                    row: RECEIPT_COLUMNS.iter().map(|c| (c.value)(&mut binder, row)).collect(),
-                    events,
-                    outbox: d.outbox.iter().map(super::webhooks::outbox_values).collect(),
-                    spend_key: d.key_id.clone(),
-                }
-            })
-            .collect()
+    /// A record of `row` (values in [`RECEIPT_COLUMNS`] order), its guardrail events
+    /// ([`EVENT_VALUES`] values each), its webhook outbox rows and the key its cost adds to.
+    pub fn new(row: Vec<Value>, events: Vec<Vec<Value>>, outbox: Vec<Vec<Value>>, spend_key: Arc<str>) -> Record {
+        Record { row, events, outbox, spend_key }
     }
 
     fn text(&self, i: usize) -> &str {
@@ -634,6 +594,19 @@ impl Record {
         self.text(THIS_HASH)
     }
 
+    /// Column `i`'s text, shared.
+    fn shared_text(&self, i: usize) -> Arc<str> {
+        match &self.row[i] {
+            Value::Text(t) => t.clone(),
+            other => Arc::from(other.as_text().unwrap_or_default()),
+        }
+    }
+
+    /// The tenant and its chain head after this record.
+    pub fn head(&self) -> (Arc<str>, Head) {
+        (self.shared_text(TENANT), Head { seq: self.seq(), hash: self.shared_text(THIS_HASH) })
+    }
+
     fn cost_usd(&self) -> f64 {
         match self.row[COST] {
             Value::Real(v) => v,
@@ -642,20 +615,31 @@ impl Record {
         }
     }
 
+    /// Adds the receipt's cost to its key's spend in each of its periods.
+    fn add_spend<'a>(&'a self, spend: &mut Deltas<'a>, periods: for<'t> fn(&'t str) -> [&'t str; 2]) {
+        let cost = self.cost_usd();
+        if cost != 0.0 {
+            for period in periods(self.text(TS)) {
+                spend.add(self.tenant_id(), &self.spend_key, period, cost);
+            }
+        }
+    }
+
     /// Whether the record has the shape the store writes (a journal line could be anything).
     pub fn well_formed(&self) -> bool {
         self.row.len() == RECEIPT_COLUMNS.len()
             && matches!(self.row[SEQ], Value::Int(s) if s > 0)
-            && self.events.iter().all(|e| e.len() == 9)
+            && self.events.iter().all(|e| e.len() == EVENT_VALUES)
             && self.outbox.iter().all(|o| o.len() == super::webhooks::OUTBOX_COLUMNS)
     }
 }
 
-/// Writes `records` (rows, guardrail events, spend, webhook outbox, each tenant's new head) in
+/// Writes `records` (rows, guardrail events, webhook outbox, spend, each tenant's new head) in
 /// the caller's transaction.
 fn write_records<R: std::borrow::Borrow<Record>>(
     tx: &rusqlite::Transaction<'_>,
     records: &[R],
+    rules: ChainRules,
 ) -> Result<(), StoreError> {
     for chunk in statement_chunks(records) {
         let sql = format!(
@@ -666,7 +650,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         let mut st = tx.prepare_cached(&sql).map_err(sqlite_err)?;
         st.execute(rusqlite::params_from_iter(chunk.iter().flat_map(|r| r.borrow().row.iter()))).map_err(sqlite_err)?;
     }
-    let mut spend = super::spend::Deltas::default();
+    let mut spend = Deltas::default();
     for r in records.iter().map(std::borrow::Borrow::borrow) {
         for e in &r.events {
             let mut st = tx.prepare_cached(EVENT_INSERT).map_err(sqlite_err)?;
@@ -675,11 +659,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         for o in &r.outbox {
             super::webhooks::enqueue_sqlite_values(tx, o).map_err(sqlite_err)?;
         }
-        let cost = r.cost_usd();
-        if cost != 0.0 {
-            spend.add(r.tenant_id(), &r.spend_key, crate::checks::budget::TOTAL, cost);
-            spend.add(r.tenant_id(), &r.spend_key, r.text(TS).get(..7).unwrap_or_default(), cost);
-        }
+        r.add_spend(&mut spend, rules.spend_periods);
     }
     for ((tenant, key, period), cost) in spend.rows() {
         tx.prepare_cached(
@@ -689,12 +669,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         .and_then(|mut st| st.execute(rusqlite::params![tenant, key, period, cost]))
         .map_err(sqlite_err)?;
     }
-    // Each tenant's last record is its new head (records of a tenant are in chain order).
-    let mut last: HashMap<&str, &Record> = HashMap::default();
-    for r in records.iter().map(std::borrow::Borrow::borrow) {
-        last.insert(r.tenant_id(), r);
-    }
-    for r in last.into_values() {
+    for r in chain_ends(records) {
         tx.prepare_cached(
             "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES (?1, ?2, ?3) \
              ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, this_hash = excluded.this_hash",
@@ -729,18 +704,6 @@ pub fn checkpoint_passive(conn: &rusqlite::Connection) -> Result<Checkpointed, S
         .map_err(sqlite_err)
 }
 
-impl rusqlite::ToSql for Value {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        use rusqlite::types::{ToSqlOutput, ValueRef};
-        Ok(match self {
-            Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
-            Value::Real(v) => ToSqlOutput::Borrowed(ValueRef::Real(*v)),
-            Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
-            Value::Static(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
-        })
-    }
-}
-
 fn sqlite_err(e: rusqlite::Error) -> StoreError {
     match e {
         rusqlite::Error::SqliteFailure(f, _)
@@ -749,54 +712,6 @@ fn sqlite_err(e: rusqlite::Error) -> StoreError {
             StoreError::Unavailable(format!("the database is locked: {e}"))
         }
         other => StoreError::Other(format!("receipt append: {other}")),
-    }
-}
-
-/// Makes a batch's column values. Values shared by many receipts (provider, model, checks...)
-/// are made once and bound by reference count.
-struct Binder<'a> {
-    borrowed: HashMap<&'a str, Arc<str>>,
-    built: HashMap<String, Arc<str>>,
-    text: Vec<u8>,
-    key_id: Arc<str>,
-}
-
-impl<'a> Binder<'a> {
-    fn new(key_id: &str) -> Self {
-        Binder { borrowed: HashMap::default(), built: HashMap::default(), text: Vec::new(), key_id: key_id.into() }
-    }
-
-    fn get(&mut self, s: &'a str) -> Arc<str> {
-        self.borrowed.entry(s).or_insert_with(|| Arc::from(s)).clone()
-    }
-
-    /// The `checks` column: the JSON array of `{name, result}`.
-    fn checks(&mut self, checks: &[Check]) -> Arc<str> {
-        self.text.clear();
-        serde_json::to_writer(&mut self.text, checks).expect("checks are plain strings");
-        self.get_built()
-    }
-
-    /// The `check_names` column: `,NAME1,NAME2,` for the `check` filter.
-    fn check_names(&mut self, checks: &[Check]) -> Arc<str> {
-        self.text.clear();
-        for c in checks {
-            self.text.push(b',');
-            self.text.extend_from_slice(c.name.as_str().as_bytes());
-        }
-        self.text.push(b',');
-        self.get_built()
-    }
-
-    /// The value of the text just written, which is UTF-8 (written from strings).
-    fn get_built(&mut self) -> Arc<str> {
-        let s = std::str::from_utf8(&self.text).unwrap_or_default();
-        if let Some(v) = self.built.get(s) {
-            return v.clone();
-        }
-        let v: Arc<str> = Arc::from(s);
-        self.built.insert(s.to_string(), v.clone());
-        v
     }
 }
 
@@ -849,7 +764,7 @@ pub async fn page(
     before: Option<u64>,
     after: Option<u64>,
     limit: i64,
-) -> Result<Vec<StoredReceipt>, StoreError> {
+) -> Result<Vec<ReceiptRow<String>>, StoreError> {
     store.settled().await?;
     let (t, f) = (tenant_id.to_string(), f.clone());
     store
@@ -875,7 +790,7 @@ pub async fn page_with_any_check(
     names: &[String],
     before: Option<u64>,
     limit: i64,
-) -> Result<Vec<StoredReceipt>, StoreError> {
+) -> Result<Vec<ReceiptRow<String>>, StoreError> {
     store.settled().await?;
     let t = tenant_id.to_string();
     let likes: Vec<Option<String>> = names.iter().map(|n| like_check(&Some(n.clone()))).collect();
@@ -899,7 +814,7 @@ pub async fn page_with_any_check(
         .await
 }
 
-pub async fn by_id(store: &Store, tenant_id: &str, receipt_id: &str) -> Result<Option<StoredReceipt>, StoreError> {
+pub async fn by_id(store: &Store, tenant_id: &str, receipt_id: &str) -> Result<Option<ReceiptRow<String>>, StoreError> {
     store.settled().await?;
     let (t, id) = (tenant_id.to_string(), receipt_id.to_string());
     store
@@ -918,7 +833,7 @@ pub async fn seq_range(
     from: u64,
     to: u64,
     limit: i64,
-) -> Result<Vec<StoredReceipt>, StoreError> {
+) -> Result<Vec<ReceiptRow<String>>, StoreError> {
     store.settled().await?;
     let t = tenant_id.to_string();
     store
@@ -960,7 +875,7 @@ fn packed_row(backend: Backend) -> String {
 /// The rows of [`seq_range`] packed by the database into one text value (the `Read::Page`
 /// columns, each as its `Field` says): one value back instead of one row per receipt.
 /// Per-row driver work (a channel hop between threads, the Any conversion, a copy per column)
-/// was most of a chain walk's time. Decode with [`unpack`], off the async runtime.
+/// was most of a chain walk's time. Decode with [`unpack_rows`], off the async runtime.
 pub async fn seq_range_packed(
     store: &Store,
     tenant_id: &str,
@@ -973,7 +888,7 @@ pub async fn seq_range_packed(
     store
         .run(move |pool, backend| async move {
             // The aggregate takes the ordered subquery's rows as they come (no ORDER BY inside
-            // it: sorting a page again would spill megabytes to temporary files); `unpack`
+            // it: sorting a page again would spill megabytes to temporary files); `unpack_rows`
             // sorts a page that is ever out of order.
             let page = format!(
                 "FROM (SELECT {} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
@@ -1028,67 +943,45 @@ impl<'a> Unpacker<'a> {
         let n = self.number()?;
         n.parse::<u64>().map_err(|_| self.bad("bad integer"))
     }
+
+    fn real(&mut self) -> Result<f64, StoreError> {
+        let n = self.number()?;
+        n.trim().parse().map_err(|_| self.bad("bad cost_usd"))
+    }
 }
 
-/// Decodes a page from [`seq_range_packed`] (CPU-bound: call it on a blocking thread). Reads
-/// the values in `RECEIPT_COLUMNS` order; a unit test round-trips a page through SQLite.
-pub fn unpack(tenant_id: &str, page: &str) -> Result<Vec<StoredReceipt>, StoreError> {
+/// Decodes a page from [`seq_range_packed`] into rows of `tenant_id` that borrow from it
+/// (CPU-bound: call it on a blocking thread), in `seq` order. Reads the values in
+/// `RECEIPT_COLUMNS` order; a unit test round-trips a page through SQLite.
+pub fn unpack_rows<'a>(tenant_id: &'a str, page: &'a str) -> Result<Vec<ReceiptRow<&'a str>>, StoreError> {
     let mut u = Unpacker { page, at: 0 };
-    // A page holds few distinct check lists: parse each once.
-    let mut lists: Vec<(&str, Vec<Check>)> = Vec::new();
     let mut out = Vec::new();
     while u.at < page.len() {
-        let seq = u.int()?;
-        let receipt_id = u.text()?.to_string();
-        let v = u.int()? as u32;
-        let request_id = u.text()?.to_string();
-        let actor = u.text()?.to_string();
-        let provider = u.text()?.to_string();
-        let model = u.text()?.to_string();
-        let prompt_tokens = u.int()?;
-        let completion_tokens = u.int()?;
-        let cost = u.number()?;
-        let cost_usd: f64 = cost.trim().parse().map_err(|_| u.bad("bad cost_usd"))?;
-        let checks_text = u.text()?;
-        let checks = match lists.iter().find(|(t, _)| *t == checks_text) {
-            Some((_, c)) => c.clone(),
-            None => {
-                let c: Vec<Check> = serde_json::from_str(checks_text)
-                    .map_err(|e| StoreError::Other(format!("receipt page: checks column: {e}")))?;
-                if lists.len() < 32 {
-                    lists.push((checks_text, c.clone()));
-                }
-                c
-            }
-        };
-        let receipt = Receipt {
-            v,
-            tenant_id: tenant_id.to_string(),
-            seq,
-            receipt_id,
-            request_id,
-            actor,
-            provider,
-            model,
-            prompt_tokens,
-            completion_tokens,
-            cost_usd,
-            checks,
-            upstream_status: Term::parse(u.text()?),
-            ts: u.text()?.to_string(),
-            prev_hash: u.text()?.to_string(),
-        };
-        out.push(StoredReceipt {
-            receipt,
-            this_hash: u.text()?.to_string(),
-            signature: u.text()?.to_string(),
-            key_id: u.text()?.to_string(),
-            kind: u.text()?.to_string(),
-            pack_version: u.text()?.to_string(),
+        out.push(ReceiptRow {
+            seq: u.int()?,
+            receipt_id: u.text()?,
+            v: u.int()? as u32,
+            request_id: u.text()?,
+            actor: u.text()?,
+            provider: u.text()?,
+            model: u.text()?,
+            prompt_tokens: u.int()?,
+            completion_tokens: u.int()?,
+            cost_usd: u.real()?,
+            checks: u.text()?,
+            upstream_status: u.text()?,
+            ts: u.text()?,
+            prev_hash: u.text()?,
+            this_hash: u.text()?,
+            signature: u.text()?,
+            key_id: u.text()?,
+            kind: u.text()?,
+            pack_version: u.text()?,
+            tenant_id,
         });
     }
-    if !out.is_sorted_by_key(|r| r.receipt.seq) {
-        out.sort_by_key(|r| r.receipt.seq);
+    if !out.is_sorted_by_key(|r| r.seq) {
+        out.sort_by_key(|r| r.seq);
     }
     Ok(out)
 }
@@ -1196,6 +1089,12 @@ fn values_list(backend: Backend, rows: usize, per_row: usize) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::receipts::canonical::Check;
+    use crate::receipts::rows::{append_batch, signature_b64, Sealing, RULES};
+    use crate::receipts::seal::Batch;
+    use crate::receipts::signer::Signer;
+    use crate::receipts::stored::{by_id, page, seq_range, unpack};
+    use crate::receipts::Draft;
 
     #[test]
     fn batches_are_cut_into_the_few_cached_statement_sizes() {
@@ -1296,9 +1195,9 @@ pub(crate) mod tests {
             let five = std::time::Duration::from_secs(5);
             match via {
                 Via::Native => {
-                    let mut appender = SqliteAppender::open(&file, five).unwrap();
-                    assert_eq!(appender.append(&first, &signer).unwrap(), 5);
-                    assert_eq!(appender.append(&second, &signer).unwrap(), 295);
+                    let mut appender = SqliteAppender::open(&file, five, RULES).unwrap();
+                    assert_eq!(appender.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
+                    assert_eq!(appender.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
                 }
                 Via::Reference => {
                     assert_eq!(append_batch(&store, first.clone(), signer.clone()).await.unwrap(), 5);
@@ -1307,17 +1206,17 @@ pub(crate) mod tests {
                 Via::Journal => {
                     // A period far longer than the test: every read has the records written.
                     let (mut journal, applier, progress) =
-                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600)).unwrap();
+                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600), RULES).unwrap();
                     store.use_journal(progress);
                     std::thread::spawn(move || applier.run());
-                    assert_eq!(journal.append(&first, &signer).unwrap(), 5);
-                    assert_eq!(journal.append(&second, &signer).unwrap(), 295);
+                    assert_eq!(journal.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
+                    assert_eq!(journal.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
                 }
                 Via::Replayed => {
                     let (mut journal, applier, _) =
-                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600)).unwrap();
-                    assert_eq!(journal.append(&first, &signer).unwrap(), 5);
-                    assert_eq!(journal.append(&second, &signer).unwrap(), 295);
+                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600), RULES).unwrap();
+                    assert_eq!(journal.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
+                    assert_eq!(journal.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
                     drop((journal, applier));
                     assert_eq!(count_all(&store).await.unwrap(), 0, "nothing applied");
                     let dir = super::super::journal::dir_of(&file);
@@ -1326,8 +1225,8 @@ pub(crate) mod tests {
                     let mut f = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
                     std::io::Write::write_all(&mut f, b"{\"r\":[\"tenant-a\",301,").unwrap();
                     drop(f);
-                    assert_eq!(super::super::journal::replay(&file, five).unwrap(), 300);
-                    assert_eq!(super::super::journal::replay(&file, five).unwrap(), 0, "the segments are gone");
+                    assert_eq!(super::super::journal::replay(&file, five, RULES).unwrap(), 300);
+                    assert_eq!(super::super::journal::replay(&file, five, RULES).unwrap(), 0, "the segments are gone");
                     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
                 }
             }
@@ -1435,9 +1334,9 @@ pub(crate) mod tests {
         };
 
         let store = migrated(&url);
-        SqliteAppender::open(&file, std::time::Duration::from_secs(5))
+        SqliteAppender::open(&file, std::time::Duration::from_secs(5), RULES)
             .unwrap()
-            .append(&drafts(0..40), &signer)
+            .append(&mut Sealing::new(&drafts(0..40), &signer))
             .unwrap();
         check(&store, 40);
         assert_eq!(page_size(), 1024);
@@ -1447,9 +1346,9 @@ pub(crate) mod tests {
         assert_eq!(page_size(), super::super::NEW_DATABASE_PAGE_SIZE);
         let store = migrated(&url);
         check(&store, 40);
-        SqliteAppender::open(&file, std::time::Duration::from_secs(5))
+        SqliteAppender::open(&file, std::time::Duration::from_secs(5), RULES)
             .unwrap()
-            .append(&drafts(40..50), &signer)
+            .append(&mut Sealing::new(&drafts(40..50), &signer))
             .unwrap();
         check(&store, 50);
         let mode: String =
@@ -1470,30 +1369,30 @@ pub(crate) mod tests {
         let store = migrated(&url);
         let file = store.sqlite_file().unwrap().to_path_buf();
         let signer = Signer::from_seed(&[7u8; 32]);
-        let mut appender = SqliteAppender::open(&file, std::time::Duration::from_secs(5)).unwrap();
+        let mut appender = SqliteAppender::open(&file, std::time::Duration::from_secs(5), RULES).unwrap();
         let checkpointer = rusqlite::Connection::open(&file).unwrap();
         let wal = || std::fs::metadata(dir.join("r.db-wal")).map(|m| m.len()).unwrap_or(0);
         let batch = |from: usize| -> Vec<Draft> { (from..from + 8).map(|i| draft("tenant-a", i)).collect() };
 
-        appender.append(&batch(0), &signer).unwrap();
+        appender.append(&mut Sealing::new(&batch(0), &signer)).unwrap();
         // A reader's snapshot holds the log's start while the writer appends, so the passive
         // pass that follows ends short of the end, as one racing the writer does under load.
         let reader = rusqlite::Connection::open(&file).unwrap();
         reader.execute_batch("BEGIN; SELECT count(*) FROM receipts;").unwrap();
         for round in 1..4 {
-            appender.append(&batch(round * 8), &signer).unwrap();
+            appender.append(&mut Sealing::new(&batch(round * 8), &signer)).unwrap();
         }
         let behind = checkpoint_passive(&checkpointer).unwrap();
         assert!(!behind.complete(), "{behind:?}");
         reader.execute_batch("COMMIT").unwrap();
         // Left alone, the log grows: the next batch goes after the last frame.
         let before = wal();
-        appender.append(&batch(40), &signer).unwrap();
+        appender.append(&mut Sealing::new(&batch(40), &signer)).unwrap();
         let size = wal();
         assert!(size > before, "{size} vs {before}");
 
         assert!(appender.finish_checkpoint().unwrap().complete());
-        appender.append(&batch(100), &signer).unwrap();
+        appender.append(&mut Sealing::new(&batch(100), &signer)).unwrap();
         let after = checkpoint_passive(&checkpointer).unwrap();
         assert!(after.log < behind.log, "the next batch wrote from the log's beginning: {after:?} vs {behind:?}");
         assert_eq!(wal(), size, "the file was reused, not extended");

@@ -3,7 +3,18 @@
 use sqlx::Row;
 
 use super::{Store, StoreError};
-use crate::compliance::memo::Span;
+
+/// One memo row: a block of a tenant's chain whose signatures were verified, and the digest
+/// that vouches for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub block_start: u64,
+    pub block_len: u64,
+    /// Lowercase hex HMAC-SHA256.
+    pub digest: String,
+    /// The block's distinct key ids, sorted, comma-separated.
+    pub key_ids: String,
+}
 
 /// Rows per multi-row INSERT (6 binds a row).
 const ROWS_PER_INSERT: usize = 256;

@@ -11,6 +11,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::value::Value;
 use super::{now_ts, Backend, Store, StoreError};
 
 /// One event, ready to be fanned out: the body is final (`{type, timestamp, data}`) and the same
@@ -43,7 +44,8 @@ impl Event {
     }
 }
 
-const FAN_OUT: &str = "INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id, event_type, payload, status, \
+pub(super) const FAN_OUT: &str =
+    "INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id, event_type, payload, status, \
      attempts, next_attempt_ms, lease_until_ms, created_ms, created_at) \
      SELECT $1, s.endpoint_id, $2, $3, $4, 'pending', 0, $5, 0, $5, $6 FROM webhook_subscriptions s \
      WHERE s.tenant_id = $2 AND s.event = $3";
@@ -74,8 +76,7 @@ pub const OUTBOX_COLUMNS: usize = 6;
 
 /// An event's outbox values, in the order of [`FAN_OUT`]'s binds (how the receipt journal holds
 /// the events a receipt caused).
-pub(super) fn outbox_values(ev: &Event) -> Vec<super::receipts::Value> {
-    use super::receipts::Value;
+pub fn outbox_values(ev: &Event) -> Vec<Value> {
     vec![
         Value::Text(ev.id.as_str().into()),
         Value::Text(ev.tenant_id.as_str().into()),
@@ -88,10 +89,7 @@ pub(super) fn outbox_values(ev: &Event) -> Vec<super::receipts::Value> {
 
 /// [`enqueue`] on the receipt writer's own SQLite connection (rusqlite), from
 /// [`outbox_values`].
-pub(super) fn enqueue_sqlite_values(
-    tx: &rusqlite::Transaction<'_>,
-    values: &[super::receipts::Value],
-) -> rusqlite::Result<()> {
+pub(super) fn enqueue_sqlite_values(tx: &rusqlite::Transaction<'_>, values: &[Value]) -> rusqlite::Result<()> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| FAN_OUT.replace('$', "?"));
     tx.prepare_cached(&SQL)?.execute(rusqlite::params_from_iter(values.iter()))?;
     Ok(())

@@ -18,7 +18,7 @@ use crate::compliance::{inclusion, DISCLAIMER, SCOPE};
 use crate::error::ApiError;
 use crate::receipts::merkle;
 use crate::receipts::signer::{self, Signer};
-use crate::store;
+use crate::receipts::stored;
 
 const SEQ_MAX: u64 = u64::MAX >> 11;
 
@@ -160,7 +160,7 @@ pub(in super::super) struct InclusionProof<'a> {
 pub async fn inclusion(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     let spec = period_spec(req)?;
     let tenant = caller.tenant();
-    let r = store::receipts::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let r = stored::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
     let period = period::resolve(&app.store, tenant, &spec).await?;
     let seq = r.receipt.seq;
     let not_in_period = || {

@@ -11,8 +11,7 @@ use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, KEY, RECEIPT};
 use crate::compliance::{pack_sets, DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
-use crate::receipts::Check;
-use crate::store;
+use crate::receipts::{stored, Check};
 
 /// The check that proves `control` on a receipt with these `checks`, and its result; `None` when
 /// the receipt proves nothing about it: an external control, or none of its checks ran here.
@@ -112,7 +111,7 @@ fn framework_item<'a>(p: &'a Pack, resolution: &'a str, checks: &[Check], verifi
     responses((status = 200, description = "The receipt's controls", body = ReceiptControls), Missing, Authenticated))]
 pub async fn receipt_controls(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     let tenant = caller.tenant();
-    let r = store::receipts::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let r = stored::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
     let ok = verified(&app.store, &r).await?;
     let snap = app.snapshot.load();
     let resolution = pack_sets::resolve(&app.store, tenant, &r.pack_version, snap.packs(tenant)).await?;

@@ -13,8 +13,9 @@ use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
+use crate::receipts::stored;
 use crate::store;
-use crate::store::receipts::StoredReceipt;
+use crate::receipts::StoredReceipt;
 
 /// The seed's coverage map of one pack. `disclaimer` is the pack's own legal-posture text (the
 /// baseline packs carry the project's); a tenant pack with other text also gets the project's
@@ -170,8 +171,8 @@ async fn proving_receipts(
         Vec::new()
     } else if every {
         let all = store::receipts::Filter::default();
-        store::receipts::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
+        stored::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
     } else {
-        store::receipts::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
+        stored::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
     })
 }
