@@ -4,7 +4,15 @@ use super::{Config, ConfigError, ListenAddr};
 
 type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// Every variable, in this order (the first bad one is the error).
 pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
+    server(cfg, var)?;
+    receipts_and_cluster(cfg, var)?;
+    webhooks_and_billing(cfg, var)?;
+    telemetry(cfg, var)
+}
+
+fn server(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     if let Some(v) = var("TOLLGATE_DATA_DIR") {
         cfg.storage.data_dir = v.into();
     }
@@ -32,7 +40,10 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
         cfg.policies.dir = v.into();
     }
     number(var, "TOLLGATE_POLICY_WATCH_MS", &mut cfg.policies.watch_ms)?;
-    flag(var, "TOLLGATE_STAMP_PACK_VERSION", &mut cfg.compliance.stamp_pack_version)?;
+    flag(var, "TOLLGATE_STAMP_PACK_VERSION", &mut cfg.compliance.stamp_pack_version)
+}
+
+fn receipts_and_cluster(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     if let Some(v) = var("TOLLGATE_RECEIPTS_COMMIT") {
         cfg.receipts.commit = match v.trim() {
             "before_answer" => super::CommitMode::BeforeAnswer,
@@ -54,7 +65,10 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
     flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
-    number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
+    number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)
+}
+
+fn webhooks_and_billing(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     number(var, "TOLLGATE_WEBHOOK_RETRY_BASE_MS", &mut cfg.webhooks.retry_base_ms)?;
     number(var, "TOLLGATE_WEBHOOK_RETRY_MAX_MS", &mut cfg.webhooks.retry_max_ms)?;
     number(var, "TOLLGATE_WEBHOOK_MAX_ATTEMPTS", &mut cfg.webhooks.max_attempts)?;
@@ -66,7 +80,7 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     if let Some(v) = var("TOLLGATE_STRIPE_SECRET_KEY").filter(|v| !v.trim().is_empty()) {
         cfg.billing.stripe_secret_key = Some(crate::secrets::Secret::new(v.trim()));
     }
-    telemetry(cfg, var)
+    Ok(())
 }
 
 /// Tollgate's own variables first; the standard OpenTelemetry ones are honoured where an

@@ -5,10 +5,14 @@
 //! so every error carries the file, line, column and dotted field path of the offending value.
 
 mod env;
+mod load;
+pub mod otlp;
+pub mod tool_server;
 mod types;
+mod validate;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 pub use types::{Glob, ListenAddr, ProviderName};
@@ -530,117 +534,6 @@ pub fn parse_yaml<'a, T: serde::de::DeserializeOwned>(
 }
 
 impl Config {
-    /// Loads the config from `path` (or the embedded defaults) and applies the environment.
-    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        let mut cfg: Config = match path {
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?;
-                if text.trim().is_empty() {
-                    Config::default()
-                } else {
-                    parse_yaml(&text, &p.display().to_string())?
-                }
-            }
-            None => parse_yaml(DEFAULT_YAML, "<embedded conf/tollgate.yaml>")?,
-        };
-        env::apply(&mut cfg, &|k| std::env::var(k).ok())?;
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field: &str, msg: &str| Err(ConfigError::Invalid(format!("field `{field}`: {msg}")));
-        if self.server.threads == 0 {
-            return bad("server.threads", "must be at least 1");
-        }
-        if self.limits.max_body_bytes == 0 {
-            return bad("limits.max_body_bytes", "must be greater than 0");
-        }
-        if self.upstream.connect_timeout_ms == 0 || self.upstream.read_timeout_ms == 0 {
-            return bad("upstream", "timeouts must be greater than 0");
-        }
-        for (name, p) in [("openai", &self.providers.openai), ("anthropic", &self.providers.anthropic)] {
-            if let Err(e) = crate::upstream::BaseUrl::parse(&p.base_url) {
-                return bad(&format!("providers.{name}.base_url"), &e);
-            }
-        }
-        for (i, t) in self.tool_servers.iter().enumerate() {
-            let field = format!("tool_servers[{i}]");
-            if t.tenant.trim().is_empty() {
-                return bad(&format!("{field}.tenant"), "must name a tenant id");
-            }
-            if let Err(e) = crate::tool_servers::check_name(&t.name) {
-                return bad(&format!("{field}.name"), &e);
-            }
-            if let Err(e) = crate::tool_servers::ServerUrl::parse(&t.url) {
-                return bad(&format!("{field}.url"), &e);
-            }
-            if let Err(e) = crate::tool_servers::check_headers(t.headers.iter()) {
-                return bad(&format!("{field}.headers"), &e);
-            }
-            if self.tool_servers[..i].iter().any(|o| o.tenant == t.tenant && o.name == t.name) {
-                return bad(&format!("{field}.name"), "is listed twice for this tenant");
-            }
-        }
-        // Pingora binds with SO_REUSEPORT, so two services on one address would both start and
-        // the kernel would split connections between them (seen: a management call answered by
-        // the gateway). Refuse it at start instead.
-        let l = &self.listen;
-        let addrs =
-            [("listen.gateway", l.gateway.0), ("listen.management", l.management.0), ("listen.metrics", l.metrics.0)];
-        for (i, (a_name, a)) in addrs.iter().enumerate() {
-            for (b_name, b) in &addrs[i + 1..] {
-                let same_ip = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
-                if a.port() == b.port() && same_ip {
-                    return bad(
-                        b_name,
-                        &format!("`{b}` is already the address of `{a_name}`; each listener needs its own"),
-                    );
-                }
-            }
-        }
-        let (cert, key) = (&self.listen.tls_cert_file, &self.listen.tls_key_file);
-        if cert.is_empty() != key.is_empty() {
-            return bad("listen.tls_cert_file", "set both tls_cert_file and tls_key_file, or neither");
-        }
-        for (field, path) in
-            [("listen.tls_cert_file", cert), ("listen.tls_key_file", key), ("upstream.ca_file", &self.upstream.ca_file)]
-        {
-            if !path.is_empty() && std::fs::metadata(path).is_err() {
-                return bad(field, &format!("cannot read `{path}`"));
-            }
-        }
-        if self.policies.watch_ms == 0 {
-            return bad("policies.watch_ms", "must be greater than 0");
-        }
-        if !self.telemetry.otlp_endpoint.is_empty() {
-            if let Err(e) = crate::telemetry::traces_url(&self.telemetry.otlp_endpoint) {
-                return bad("telemetry.otlp_endpoint", &e);
-            }
-        }
-        let w = &self.webhooks;
-        if w.max_attempts == 0 || w.poll_ms == 0 || w.timeout_ms == 0 || w.retry_base_ms == 0 {
-            return bad("webhooks", "max_attempts, poll_ms, timeout_ms and retry_base_ms must be greater than 0");
-        }
-        if w.retry_max_ms < w.retry_base_ms {
-            return bad("webhooks.retry_max_ms", "must be at least retry_base_ms");
-        }
-        if !(1..=100).contains(&w.budget_threshold_percent) {
-            return bad("webhooks.budget_threshold_percent", "must be from 1 to 100");
-        }
-        if let Err(e) = crate::upstream::BaseUrl::parse(&self.billing.stripe_api_base) {
-            return bad("billing.stripe_api_base", &e);
-        }
-        for (model, price) in &self.pricing {
-            let cached = [price.cache_read, price.cache_write, price.cache_write_1h];
-            if !(price.input >= 0.0 && price.output >= 0.0 && cached.iter().flatten().all(|p| *p >= 0.0)) {
-                return bad(&format!("pricing.{model}"), "prices must be non-negative numbers");
-            }
-        }
-        Ok(())
-    }
-
     pub fn database_url(&self) -> String {
         if self.storage.database_url.is_empty() {
             format!("sqlite://{}", self.storage.data_dir.join("tollgate.db").display())

@@ -13,8 +13,8 @@ use super::state::Gateway;
 use crate::checks::pipeline::Outcome;
 use crate::config::{CommitMode, ProviderName};
 use crate::error::ErrorKind;
-use crate::providers::Flavor;
 use crate::metrics::{self, METRICS};
+use crate::providers::Flavor;
 use crate::receipts::{self, Check};
 
 impl Gateway {

@@ -24,8 +24,8 @@ use super::state::Gateway;
 use crate::checks::pipeline;
 use crate::config::ProviderName;
 use crate::error::ErrorKind;
-use crate::providers::Flavor;
 use crate::metrics::{self, METRICS};
+use crate::providers::Flavor;
 
 #[async_trait]
 impl ProxyHttp for Gateway {

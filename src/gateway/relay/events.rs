@@ -6,10 +6,10 @@ use http::header::HeaderValue;
 use pingora::proxy::Session;
 use serde_json::Value;
 
-use crate::checks::pipeline::UpstreamOutcome;
 use super::plan::{answer_fields, content_type, RelayPlan, Relayed};
 use super::translating::Translating;
 use crate::checks::guardrail::{event_text, set_event_text};
+use crate::checks::pipeline::UpstreamOutcome;
 use crate::checks::pipeline::{Cached, Ctx, Pipeline, ResponsePiece};
 use crate::error::{ApiError, ErrorKind};
 use crate::gateway::ending::{error_event, Ending};

@@ -5,9 +5,9 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 use serde_json::Value;
 
-use crate::checks::pipeline::UpstreamOutcome;
 use super::passthrough::{relay_passthrough, Piece};
 use super::plan::{RelayPlan, Relayed};
+use crate::checks::pipeline::UpstreamOutcome;
 use crate::checks::pipeline::{Ctx, Pipeline, ResponsePiece};
 use crate::error::ApiError;
 use crate::providers::eventstream;

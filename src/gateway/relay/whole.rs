@@ -6,16 +6,16 @@ use http::header::HeaderValue;
 use pingora::proxy::Session;
 use serde_json::Value;
 
-use crate::checks::pipeline::UpstreamOutcome;
 use super::passthrough::{relay_passthrough, Piece};
 use super::plan::{answer_fields, content_type, RelayPlan, Relayed, Translation};
+use crate::checks::pipeline::UpstreamOutcome;
 use crate::checks::pipeline::{Cached, JsonBody, ResponsePiece};
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::Flavor;
 use crate::gateway::ending::Ending;
 use crate::gateway::header;
 use crate::gateway::responses;
 use crate::providers::usage::{self, Usage};
+use crate::providers::Flavor;
 use crate::receipts::CheckResult;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
