@@ -31,7 +31,7 @@ pub enum StartError {
     #[error("{0}")]
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
-    Seal(#[from] crate::secrets::at_rest::SealError),
+    Seal(#[from] crate::secrets::at_rest::AtRestError),
     #[error("{0}")]
     Signer(#[from] crate::receipts::signer::SignerError),
     #[error("cannot listen on {addr} ({what}): {err}")]

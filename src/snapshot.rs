@@ -235,7 +235,7 @@ impl SnapshotHandle {
         let mut providers = HashMap::new();
         for row in cred_rows {
             let Some(p) = ProviderName::parse(&row.provider) else { continue };
-            match crate::providers::sealed::open(&self.master, &old.config, &row) {
+            match crate::providers::encrypted::decrypt(&self.master, &old.config, &row) {
                 Ok(cred) => {
                     providers.entry(row.tenant_id.clone()).or_insert_with(HashMap::new).insert(p, Arc::new(cred));
                 }
@@ -348,10 +348,11 @@ fn tool_servers(
         if by.contains_key(&row.name) {
             continue;
         }
-        let opened = tool_servers::open_headers(master, &row.tenant_id, &row.name, &row.sealed_headers).and_then(|h| {
-            let st = state(&row.tenant_id, &row.name);
-            tool_servers::server(&row.tenant_id, &row.name, &row.url, h, tool_servers::Source::Api, st)
-        });
+        let opened =
+            tool_servers::decrypt_headers(master, &row.tenant_id, &row.name, &row.sealed_headers).and_then(|h| {
+                let st = state(&row.tenant_id, &row.name);
+                tool_servers::server(&row.tenant_id, &row.name, &row.url, h, tool_servers::Source::Api, st)
+            });
         match opened {
             Ok(s) => {
                 by.insert(row.name.clone(), Arc::new(s));

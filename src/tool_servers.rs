@@ -63,20 +63,20 @@ fn context(tenant_id: &str, name: &str) -> String {
     format!("{tenant_id}/tool-server/{name}")
 }
 
-pub fn seal_headers(master: &MasterKey, tenant_id: &str, name: &str, headers: &[(String, String)]) -> String {
+pub fn encrypt_headers(master: &MasterKey, tenant_id: &str, name: &str, headers: &[(String, String)]) -> String {
     let map: serde_json::Map<String, serde_json::Value> =
         headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
     let clear = serde_json::Value::Object(map).to_string();
-    master.seal(clear.as_bytes(), &context(tenant_id, name))
+    master.encrypt(clear.as_bytes(), &context(tenant_id, name))
 }
 
-pub fn open_headers(
+pub fn decrypt_headers(
     master: &MasterKey,
     tenant_id: &str,
     name: &str,
     sealed: &str,
 ) -> Result<Vec<(http::HeaderName, Secret)>, String> {
-    let clear = master.open(sealed, &context(tenant_id, name)).map_err(|e| e.to_string())?;
+    let clear = master.decrypt(sealed, &context(tenant_id, name)).map_err(|e| e.to_string())?;
     let map: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&clear).map_err(|_| "the sealed headers are not a JSON object".to_string())?;
     map.into_iter()
@@ -129,14 +129,14 @@ mod tests {
     }
 
     #[test]
-    fn headers_seal_to_their_row() {
+    fn headers_encrypt_bound_to_their_row() {
         let mk = MasterKey::from_bytes(&[3u8; 32]);
-        let sealed = seal_headers(&mk, "t1", "search", &[("authorization".into(), "Bearer s3cret".into())]);
+        let sealed = encrypt_headers(&mk, "t1", "search", &[("authorization".into(), "Bearer s3cret".into())]);
         assert!(!sealed.contains("s3cret"));
-        let opened = open_headers(&mk, "t1", "search", &sealed).unwrap();
+        let opened = decrypt_headers(&mk, "t1", "search", &sealed).unwrap();
         assert_eq!(opened[0].0.as_str(), "authorization");
         assert_eq!(opened[0].1.expose(), "Bearer s3cret");
-        assert!(open_headers(&mk, "t2", "search", &sealed).is_err());
-        assert!(open_headers(&mk, "t1", "other", &sealed).is_err());
+        assert!(decrypt_headers(&mk, "t2", "search", &sealed).is_err());
+        assert!(decrypt_headers(&mk, "t1", "other", &sealed).is_err());
     }
 }

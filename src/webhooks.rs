@@ -51,7 +51,7 @@ pub fn new_secret() -> (String, [u8; 32]) {
 }
 
 /// The sealing context of an endpoint's secret: a sealed value copied to another row does not open.
-pub fn seal_context(tenant_id: &str, endpoint_id: &str) -> String {
+pub fn secret_context(tenant_id: &str, endpoint_id: &str) -> String {
     format!("webhook-secret:{tenant_id}:{endpoint_id}")
 }
 
@@ -313,7 +313,7 @@ async fn attempt(out: &Outbox, row: &Claimed, target: &outbox::Target) -> Result
     check_host(&url.base.host, url.base.port, cfg.allow_private_urls, true).await?;
     let key = out
         .master
-        .open(&target.secret_sealed, &seal_context(&target.tenant_id, &row.endpoint_id))
+        .decrypt(&target.secret_sealed, &secret_context(&target.tenant_id, &row.endpoint_id))
         .map_err(|e| e.to_string())?;
     let ts = chrono::Utc::now().timestamp();
     let signature = sign(&key, &row.event_id, ts, row.payload.as_bytes());

@@ -97,7 +97,7 @@ pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handl
     caller.require_manager()?;
     let p = provider_from_path(provider)?;
     let body: CredentialBody = req.json()?;
-    let sealed = body.seal(p, caller.tenant(), &app.master).map_err(ApiError::invalid)?;
+    let sealed = body.encrypt(p, caller.tenant(), &app.master).map_err(ApiError::invalid)?;
     let row = store::providers::upsert(
         &app.store,
         CredentialRow {

@@ -101,7 +101,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
         tenant_id: caller.tenant().to_string(),
         name: body.name.clone(),
         url: body.url.trim().to_string(),
-        sealed_headers: registry::seal_headers(&app.master, caller.tenant(), &body.name, &headers),
+        sealed_headers: registry::encrypt_headers(&app.master, caller.tenant(), &body.name, &headers),
         header_names: names.join(","),
         created_at: String::new(),
     };

@@ -104,7 +104,7 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     }
     let id = uuid::Uuid::now_v7().to_string();
     let (secret, key) = hooks::new_secret();
-    let sealed = app.master.seal(&key, &hooks::seal_context(caller.tenant(), &id));
+    let sealed = app.master.encrypt(&key, &hooks::secret_context(caller.tenant(), &id));
     let record = store::webhooks::insert(&app.store, caller.tenant(), &id, body.url.trim(), &events, &sealed).await?;
     log::info!("webhook endpoint {id} of tenant {} created for {} event types", caller.tenant(), events.len());
     Ok(Reply::json(201, &CreatedEndpoint { record, secret }))

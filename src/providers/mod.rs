@@ -1,6 +1,6 @@
 //! The provider seam: one folder per provider behind [`Provider`] (the pattern of TensorZero's
-//! `providers/<name>/`). A provider knows its credential's fields and how they are sealed and
-//! opened, how it authenticates and addresses an upstream request, what it speaks
+//! `providers/<name>/`). A provider knows its credential's fields and how they are encrypted
+//! at rest, how it authenticates and addresses an upstream request, what it speaks
 //! ([`Dialect`]: usage, stream framing and errors are read by dialect), how an OpenAI-shaped
 //! request is put into its own API, which model names it serves, and its minimal test call.
 //! What dialects share lives here, not in any provider's folder: reading usage ([`usage`]),
@@ -14,13 +14,13 @@
 pub mod anthropic;
 pub mod bedrock;
 pub mod credential;
+pub mod encrypted;
 pub mod envelope;
 pub mod eventstream;
 mod headers;
 pub mod openai;
 pub mod pricing;
 mod provider;
-pub mod sealed;
 pub mod translate;
 pub mod usage;
 pub mod vertex;

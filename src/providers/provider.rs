@@ -95,12 +95,12 @@ pub trait Provider: Sync {
 
     /// The secret part of a credential body whose required fields are present: the JSON that
     /// is sealed, and the hint shown in its place.
-    fn seal_secret(&self, body: &CredentialBody) -> Result<(Value, String), String> {
+    fn secret_to_store(&self, body: &CredentialBody) -> Result<(Value, String), String> {
         Ok(credential::api_key_secret(body))
     }
 
     /// An opened secret → how the provider authenticates; `region` is the credential's own.
-    fn open_auth(&self, secret: &Value, _region: &str) -> Result<ProviderAuth, String> {
+    fn auth_from_stored(&self, secret: &Value, _region: &str) -> Result<ProviderAuth, String> {
         Ok(credential::api_key_auth(secret))
     }
 

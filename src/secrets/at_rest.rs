@@ -21,12 +21,12 @@ use sha2::Sha256;
 
 pub struct MasterKey {
     aead: Aes256Gcm,
-    /// HMAC-SHA256 keyed with the master key: derives subkeys, never seals.
+    /// HMAC-SHA256 keyed with the master key: derives subkeys, never encrypts.
     kdf: Hmac<Sha256>,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SealError {
+pub enum AtRestError {
     #[error("TOLLGATE_MASTER_KEY must be base64 of exactly 32 bytes")]
     BadEnvKey,
     #[error("master key file {0}: {1}")]
@@ -52,13 +52,13 @@ impl MasterKey {
     }
 
     /// From the environment value if given, else from `path` (created 0600 when absent).
-    pub fn load(env_value: Option<&str>, path: &Path) -> Result<Self, SealError> {
+    pub fn load(env_value: Option<&str>, path: &Path) -> Result<Self, AtRestError> {
         if let Some(v) = env_value.filter(|v| !v.trim().is_empty()) {
-            let raw = B64.decode(v.trim()).map_err(|_| SealError::BadEnvKey)?;
-            let bytes: [u8; 32] = raw.try_into().map_err(|_| SealError::BadEnvKey)?;
+            let raw = B64.decode(v.trim()).map_err(|_| AtRestError::BadEnvKey)?;
+            let bytes: [u8; 32] = raw.try_into().map_err(|_| AtRestError::BadEnvKey)?;
             return Ok(Self::from_bytes(&bytes));
         }
-        let err = |e: String| SealError::File(path.display().to_string(), e);
+        let err = |e: String| AtRestError::File(path.display().to_string(), e);
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 let raw = B64.decode(text.trim()).map_err(|_| err("not base64".into()))?;
@@ -75,7 +75,7 @@ impl MasterKey {
         }
     }
 
-    pub fn seal(&self, plaintext: &[u8], context: &str) -> String {
+    pub fn encrypt(&self, plaintext: &[u8], context: &str) -> String {
         let mut nonce = [0u8; 12];
         getrandom::getrandom(&mut nonce).expect("the OS random source failed");
         let ct = self
@@ -87,15 +87,15 @@ impl MasterKey {
         B64.encode(out)
     }
 
-    pub fn open(&self, sealed: &str, context: &str) -> Result<Vec<u8>, SealError> {
-        let raw = B64.decode(sealed).map_err(|_| SealError::Open)?;
+    pub fn decrypt(&self, sealed: &str, context: &str) -> Result<Vec<u8>, AtRestError> {
+        let raw = B64.decode(sealed).map_err(|_| AtRestError::Open)?;
         if raw.len() < 12 + 16 {
-            return Err(SealError::Open);
+            return Err(AtRestError::Open);
         }
         let (nonce, ct) = raw.split_at(12);
         self.aead
             .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad: context.as_bytes() })
-            .map_err(|_| SealError::Open)
+            .map_err(|_| AtRestError::Open)
     }
 }
 
@@ -125,12 +125,12 @@ mod tests {
     #[test]
     fn round_trip_and_binding() {
         let k = MasterKey::from_bytes(&[7u8; 32]);
-        let s = k.seal(b"{\"api_key\":\"sk-x\"}", "t1/openai");
+        let s = k.encrypt(b"{\"api_key\":\"sk-x\"}", "t1/openai");
         assert!(!s.contains("sk-x"));
-        assert_eq!(k.open(&s, "t1/openai").unwrap(), b"{\"api_key\":\"sk-x\"}");
-        assert!(k.open(&s, "t2/openai").is_err(), "bound to its row");
-        assert!(MasterKey::from_bytes(&[8u8; 32]).open(&s, "t1/openai").is_err());
-        assert_ne!(s, k.seal(b"{\"api_key\":\"sk-x\"}", "t1/openai"), "fresh nonce each time");
+        assert_eq!(k.decrypt(&s, "t1/openai").unwrap(), b"{\"api_key\":\"sk-x\"}");
+        assert!(k.decrypt(&s, "t2/openai").is_err(), "bound to its row");
+        assert!(MasterKey::from_bytes(&[8u8; 32]).decrypt(&s, "t1/openai").is_err());
+        assert_ne!(s, k.encrypt(b"{\"api_key\":\"sk-x\"}", "t1/openai"), "fresh nonce each time");
     }
 
     #[test]
@@ -148,16 +148,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tg-mk-{}", uuid::Uuid::new_v4()));
         let path = dir.join("master.key");
         let a = MasterKey::load(None, &path).unwrap();
-        let sealed = a.seal(b"x", "c");
+        let sealed = a.encrypt(b"x", "c");
         let b = MasterKey::load(None, &path).unwrap();
-        assert_eq!(b.open(&sealed, "c").unwrap(), b"x");
+        assert_eq!(b.decrypt(&sealed, "c").unwrap(), b"x");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600);
         }
-        assert!(matches!(MasterKey::load(Some("short"), &path), Err(SealError::BadEnvKey)));
+        assert!(matches!(MasterKey::load(Some("short"), &path), Err(AtRestError::BadEnvKey)));
         std::fs::remove_dir_all(dir).ok();
     }
 }

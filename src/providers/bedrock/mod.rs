@@ -113,13 +113,13 @@ impl Provider for Bedrock {
         Fields { required: &["access_key_id", "secret_access_key", "region"], optional: &[] }
     }
 
-    fn seal_secret(&self, body: &CredentialBody) -> Result<(Value, String), String> {
+    fn secret_to_store(&self, body: &CredentialBody) -> Result<(Value, String), String> {
         let id = body.field("access_key_id").unwrap_or_default();
         let secret = body.field("secret_access_key").unwrap_or_default();
         Ok((json!({ "access_key_id": id, "secret_access_key": secret }), Secret::new(id).hint()))
     }
 
-    fn open_auth(&self, secret: &Value, region: &str) -> Result<ProviderAuth, String> {
+    fn auth_from_stored(&self, secret: &Value, region: &str) -> Result<ProviderAuth, String> {
         let keys = sign::AwsKeys {
             access_key_id: secret_field(secret, "access_key_id"),
             secret_access_key: secret_field(secret, "secret_access_key"),

@@ -95,7 +95,7 @@ impl Provider for Vertex {
         Fields { required: &["service_account_json"], optional: &["region"] }
     }
 
-    fn seal_secret(&self, body: &CredentialBody) -> Result<(Value, String), String> {
+    fn secret_to_store(&self, body: &CredentialBody) -> Result<(Value, String), String> {
         let sa = body.field("service_account_json").unwrap_or_default();
         // The parse the token source uses: a key file that cannot mint a token is refused when
         // it is stored, naming what is wrong, rather than on the first request.
@@ -103,7 +103,7 @@ impl Provider for Vertex {
         Ok((json!({ "service_account_json": sa }), Secret::new(account.private_key_id.as_str()).hint()))
     }
 
-    fn open_auth(&self, secret: &Value, region: &str) -> Result<ProviderAuth, String> {
+    fn auth_from_stored(&self, secret: &Value, region: &str) -> Result<ProviderAuth, String> {
         let account =
             ServiceAccount::parse(&secret_field(secret, "service_account_json")).map_err(|e| e.to_string())?;
         Ok(ProviderAuth::Google { account: Arc::new(account), location: location(region).to_string() })

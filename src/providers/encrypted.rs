@@ -1,6 +1,7 @@
-//! Sealing a credential body for the database and opening a stored row into the credential
-//! the snapshot holds. The secret part is AES-GCM sealed with `tenant/provider` as associated
-//! data, so a row copied to another tenant or provider does not open. Which fields a provider
+//! Encrypting a credential body for the database and decrypting a stored row into the
+//! credential the snapshot holds. The secret part is encrypted at rest (AES-GCM,
+//! `secrets::at_rest`) with `tenant/provider` as associated data, so a row copied to another
+//! tenant or provider does not decrypt. (The `sealed` column names predate this wording.) Which fields a provider
 //! takes, and what its secret holds, its own folder says ([`Provider`]).
 
 use super::credential::{CredentialBody, ProviderCred};
@@ -11,7 +12,7 @@ use crate::store::providers::CredentialRow;
 use crate::upstream::BaseUrl;
 
 /// A validated credential ready to be stored.
-pub struct SealedCredential {
+pub struct EncryptedCredential {
     pub sealed: String,
     pub key_hint: String,
     pub base_url: Option<String>,
@@ -40,18 +41,18 @@ fn check_fields(body: &CredentialBody, p: &dyn Provider) -> Result<(), String> {
 }
 
 impl CredentialBody {
-    /// Checks the fields `provider` needs, naming every missing one, then seals the secret part.
-    pub fn seal(
+    /// Checks the fields `provider` needs, naming every missing one, then encrypts the secret part.
+    pub fn encrypt(
         &self,
         provider_name: ProviderName,
         tenant_id: &str,
         master: &MasterKey,
-    ) -> Result<SealedCredential, String> {
+    ) -> Result<EncryptedCredential, String> {
         let p = provider(provider_name);
         check_fields(self, p)?;
-        let (secret, hint) = p.seal_secret(self)?;
-        Ok(SealedCredential {
-            sealed: master.seal(secret.to_string().as_bytes(), &context(tenant_id, provider_name)),
+        let (secret, hint) = p.secret_to_store(self)?;
+        Ok(EncryptedCredential {
+            sealed: master.encrypt(secret.to_string().as_bytes(), &context(tenant_id, provider_name)),
             key_hint: hint,
             base_url: self.field("base_url").map(str::to_string),
             region: self.field("region").map(str::to_string),
@@ -60,13 +61,13 @@ impl CredentialBody {
 }
 
 /// Opens a stored row into what the gateway needs (decrypted key, effective base URL).
-pub fn open(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<ProviderCred, String> {
+pub fn decrypt(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<ProviderCred, String> {
     let name = ProviderName::parse(&row.provider).ok_or("unknown provider")?;
-    let clear = master.open(&row.sealed, &context(&row.tenant_id, name)).map_err(|e| e.to_string())?;
+    let clear = master.decrypt(&row.sealed, &context(&row.tenant_id, name)).map_err(|e| e.to_string())?;
     let secret: serde_json::Value = serde_json::from_slice(&clear).map_err(|_| "stored secret is not JSON")?;
     let region = row.region.clone().unwrap_or_default();
     let p = provider(name);
-    let auth = p.open_auth(&secret, &region)?;
+    let auth = p.auth_from_stored(&secret, &region)?;
     let url = match &row.base_url {
         Some(url) => url.clone(),
         None => p.default_base_url(&cfg.provider_defaults(name).base_url, &region),
@@ -88,21 +89,23 @@ mod tests {
     #[test]
     fn required_fields_are_named() {
         let mk = MasterKey::from_bytes(&[1; 32]);
-        let e = body(json!({})).seal(ProviderName::Bedrock, "t", &mk).err().unwrap();
+        let e = body(json!({})).encrypt(ProviderName::Bedrock, "t", &mk).err().unwrap();
         assert!(e.contains("access_key_id") && e.contains("secret_access_key") && e.contains("region"), "{e}");
-        let e = body(json!({"api_key": " "})).seal(ProviderName::OpenAi, "t", &mk).err().unwrap();
+        let e = body(json!({"api_key": " "})).encrypt(ProviderName::OpenAi, "t", &mk).err().unwrap();
         assert!(e.contains("api_key"), "{e}");
-        let e =
-            body(json!({"api_key": "k", "base_url": "gopher://x"})).seal(ProviderName::OpenAi, "t", &mk).err().unwrap();
+        let e = body(json!({"api_key": "k", "base_url": "gopher://x"}))
+            .encrypt(ProviderName::OpenAi, "t", &mk)
+            .err()
+            .unwrap();
         assert!(e.contains("base_url"), "{e}");
-        let e = body(json!({"service_account_json": "{}"})).seal(ProviderName::Vertex, "t", &mk).err().unwrap();
+        let e = body(json!({"service_account_json": "{}"})).encrypt(ProviderName::Vertex, "t", &mk).err().unwrap();
         assert!(e.contains("client_email"), "{e}");
     }
 
     #[test]
     fn the_first_field_that_does_not_apply_is_named() {
         let mk = MasterKey::from_bytes(&[1; 32]);
-        let refused = |p, j| body(j).seal(p, "t", &mk).err().unwrap();
+        let refused = |p, j| body(j).encrypt(p, "t", &mk).err().unwrap();
         let all = json!({"api_key": "k", "access_key_id": "a", "secret_access_key": "s",
             "service_account_json": "{}", "region": "r"});
         let e = refused(ProviderName::OpenAi, json!({"api_key": "k", "region": "r", "service_account_json": "{}"}));
@@ -135,7 +138,7 @@ mod tests {
         let row = |provider: &str, secret: serde_json::Value, region: Option<&str>| CredentialRow {
             tenant_id: "t1".into(),
             provider: provider.into(),
-            sealed: mk.seal(secret.to_string().as_bytes(), &format!("t1/{provider}")),
+            sealed: mk.encrypt(secret.to_string().as_bytes(), &format!("t1/{provider}")),
             key_hint: String::new(),
             base_url: None,
             region: region.map(str::to_string),
@@ -144,22 +147,22 @@ mod tests {
         };
         let cfg = Config::default();
         let keys = json!({"access_key_id": "AKIA", "secret_access_key": "s"});
-        let cred = open(&mk, &cfg, &row("bedrock", keys, Some("eu-west-1"))).unwrap();
+        let cred = decrypt(&mk, &cfg, &row("bedrock", keys, Some("eu-west-1"))).unwrap();
         assert_eq!(cred.base_url.authority(), "bedrock-runtime.eu-west-1.amazonaws.com");
         let ProviderAuth::Aws { keys, region } = cred.auth else { panic!("aws keys") };
         assert_eq!((keys.access_key_id.as_str(), region.as_str()), ("AKIA", "eu-west-1"));
-        let cred = open(&mk, &cfg, &row("anthropic", json!({"api_key": "sk"}), None)).unwrap();
+        let cred = decrypt(&mk, &cfg, &row("anthropic", json!({"api_key": "sk"}), None)).unwrap();
         assert_eq!(cred.base_url.authority(), "api.anthropic.com");
         let sealed_elsewhere =
             CredentialRow { tenant_id: "t2".into(), ..row("openai", json!({"api_key": "sk"}), None) };
-        assert!(open(&mk, &cfg, &sealed_elsewhere).is_err(), "the tenant/provider pair is bound to the seal");
+        assert!(decrypt(&mk, &cfg, &sealed_elsewhere).is_err(), "the tenant/provider pair is bound to the seal");
     }
 
     #[test]
     fn sealed_row_opens_to_the_key() {
         let mk = MasterKey::from_bytes(&[1; 32]);
         let s = body(json!({"api_key": "sk-abcdefgh1234", "base_url": "http://127.0.0.1:9/v1"}))
-            .seal(ProviderName::OpenAi, "t1", &mk)
+            .encrypt(ProviderName::OpenAi, "t1", &mk)
             .unwrap();
         assert_eq!(s.key_hint, "...1234");
         assert!(!s.sealed.contains("sk-abc"));
@@ -173,7 +176,7 @@ mod tests {
             status: "active".into(),
             updated_at: String::new(),
         };
-        let cred = open(&mk, &Config::default(), &row).unwrap();
+        let cred = decrypt(&mk, &Config::default(), &row).unwrap();
         let ProviderAuth::ApiKey(key) = cred.auth else { panic!("an api key") };
         assert_eq!(key.expose(), "sk-abcdefgh1234");
         assert_eq!(cred.base_url.port, 9);
