@@ -18,14 +18,14 @@ use super::aside::Aside;
 use super::context::{new_id, Ctx};
 use super::ending::Ending;
 use super::relay::UpstreamOutcome;
-use super::routes::Route;
 use super::span::RequestSpan;
 use super::state::Gateway;
 use crate::checks::pipeline;
 use crate::config::ProviderName;
 use crate::error::ErrorKind;
-use crate::providers::Flavor;
 use crate::metrics::{self, METRICS};
+use crate::providers::Flavor;
+use crate::providers::Route;
 
 #[async_trait]
 impl ProxyHttp for Gateway {

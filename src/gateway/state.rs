@@ -13,8 +13,8 @@ use crate::checks::pipeline::Pipeline;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics;
-use crate::providers::{self, Provider, Target, UpstreamCall};
 use crate::providers::ProviderCred;
+use crate::providers::{self, Provider, Target, UpstreamCall};
 use crate::snapshot::KeyEntry;
 use crate::upstream::{UpstreamClient, UpstreamError, UpstreamResponse};
 

@@ -6,8 +6,8 @@ use http::header::HeaderValue;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
-use crate::checks::pipeline::UpstreamOutcome;
 use super::plan::{answer_fields, RelayPlan, Relayed};
+use crate::checks::pipeline::UpstreamOutcome;
 use crate::gateway::ending::Ending;
 use crate::gateway::header;
 use crate::upstream::UpstreamResponse;

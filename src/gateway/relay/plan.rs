@@ -4,10 +4,10 @@ use http::header::{HeaderMap, HeaderValue};
 
 use crate::checks::pipeline::UpstreamOutcome;
 use crate::checks::pipeline::{Cached, Ctx, Pipeline};
-use crate::providers::Flavor;
 use crate::gateway::ending::Ending;
 use crate::gateway::header;
 use crate::providers::usage::{Dialect, Usage};
+use crate::providers::Flavor;
 use crate::providers::Provider;
 use crate::upstream::UpstreamResponse;
 
