@@ -60,7 +60,7 @@ impl ModelCall {
         if self.translated() {
             let j = json.take().unwrap_or_default();
             let hide = stream && !translate::include_usage(&j);
-            let native = provider.from_chat(&j, model)?;
+            let native = provider.request_from_chat(&j, model)?;
             return Ok((Bytes::from(serde_json::to_vec(&native).unwrap_or_default()), hide));
         }
         let mut hide = false;
@@ -182,9 +182,10 @@ impl Gateway {
         let cred = self.credential(ctx, &call.key, name)?;
         let model = call.upstream_model(ctx);
         let (body, hide_usage_chunk) = call.upstream_body(ctx, provider, &model, json)?;
+        // The client's native path, which the provider maps onto its own API.
         let native_path = matches!(call.route, Route::Generate | Route::GenerateStream)
             .then(|| session.req_header().uri.path_and_query().map_or("", |p| p.as_str()));
-        let target = call.target(native_path.as_deref(), &model);
+        let target = call.target(native_path, &model);
         if let Some(t) = ctx.trace.as_mut() {
             t.prompt(&body);
         }

@@ -7,8 +7,8 @@ use pingora::protocols::http::ServerSession;
 
 use super::handler::{BodyStream, Handled, Reply};
 use crate::error::ApiError;
-use crate::metrics::METRICS;
 use crate::providers::Flavor;
+use crate::metrics::METRICS;
 
 /// Writes the answer; false when the connection cannot be reused.
 pub async fn answer(http: &mut ServerSession, reply: Handled) -> bool {

@@ -19,7 +19,7 @@ pub enum Route {
     /// The same path with `:streamGenerateContent`.
     GenerateStream,
     /// `POST /v1/responses`: OpenAI Responses, a model call (the calls on stored responses are
-    /// asides: `aside.rs`).
+    /// the gateway's asides).
     Responses,
 }
 

@@ -14,8 +14,8 @@ use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, 
 use crate::compliance::{DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
 use crate::receipts::stored;
-use crate::receipts::StoredReceipt;
 use crate::store;
+use crate::receipts::StoredReceipt;
 
 /// The seed's coverage map of one pack. `disclaimer` is the pack's own legal-posture text (the
 /// baseline packs carry the project's); a tenant pack with other text also gets the project's

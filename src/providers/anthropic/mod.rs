@@ -63,7 +63,7 @@ impl Provider for Anthropic {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn from_chat(&self, openai: &Value, model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, model: &str) -> Result<Value, TranslateError> {
         let mut body = translate::to_anthropic_request(openai)?;
         body["model"] = Value::String(model.to_string());
         Ok(body)

@@ -72,7 +72,7 @@ impl Provider for Bedrock {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
         converse::to_converse_request(openai)
     }
 

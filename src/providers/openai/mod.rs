@@ -45,7 +45,7 @@ impl Provider for OpenAi {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
         Ok(openai.clone())
     }
 

@@ -59,7 +59,7 @@ impl Provider for Vertex {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
         gemini::to_gemini_request(openai)
     }
 
