@@ -11,111 +11,9 @@ use std::path::{Path, PathBuf};
 
 const NAMES: &[&str] = &["openai", "anthropic", "bedrock", "vertex", "gemini", "google"];
 
-/// src/gateway/ is being restructured by another change (issue 40, "one lifecycle for every
-/// gateway route"); these are the places there that still name a provider, each with the
-/// `Provider`-trait method that is to replace it once that change lands.
-const GATEWAY: &[(&str, &[&str])] = &[
-    // Anthropic's count_tokens and the model-list asides: the provider that owns a native
-    // operation (`Provider::native_routes`, see routes.rs) with its `Provider::dialect` and
-    // `Provider::error_flavor`; its forwarded headers are `Provider::forwarded_headers` (the
-    // FORWARD list already in anthropic/); the list and entry shapes (`openai_list`,
-    // `anthropic_model`, `AnthropicPage`) become `Provider::model_list` / `Provider::model_entry`;
-    // `anthropic_shaped` becomes `Provider::claims_request(headers)`.
-    (
-        "src/gateway/aside.rs",
-        &[
-            "\"anthropic-version\"",
-            "Dialect::Anthropic",
-            "Flavor::Anthropic",
-            "Flavor::OpenAi",
-            "ProviderName::Anthropic",
-            "anthropic_shaped",
-            "catalog::AnthropicPage::parse",
-            "catalog::anthropic_list",
-            "catalog::anthropic_model",
-            "catalog::openai_list",
-            "catalog::openai_model",
-            "super::anthropic_betas",
-        ],
-    ),
-    // Model lists in each client dialect: `Provider::model_list` / `Provider::model_entry`.
-    ("src/gateway/catalog.rs", &["AnthropicPage", "anthropic_list", "anthropic_model", "openai_list", "openai_model"]),
-    // MCP tool calls answer in the chat dialect: `Provider::dialect` of the route's provider.
-    ("src/gateway/mcp.rs", &["Dialect::OpenAi"]),
-    // The beta header read for policies: `Provider::forwarded_headers`; whether a chat request
-    // is translated: `Provider::dialect` against `Route::dialect` (a `Provider::speaks(dialect)`);
-    // `request_from_openai` is the trait's own method (the chat dialect is the gateway's
-    // lingua franca); `vertex_upstream_path`: `Provider::prepare` with `Target::Native`.
-    (
-        "src/gateway/mod.rs",
-        &[
-            "\"anthropic-beta\"",
-            "Dialect::OpenAi",
-            "anthropic_betas",
-            "request_from_openai",
-            "routes::vertex_upstream_path",
-        ],
-    ),
-    // Stream framing and endings by dialect: `Dialect` methods in providers (`is_closing`,
-    // `error_event`, `usage_marker`) beside `Provider::dialect`; the 529 "overloaded" status:
-    // `Provider::overloaded_status`; the decoder messages: `Provider::name`; `to_openai` is the
-    // trait's own method.
-    (
-        "src/gateway/relay.rs",
-        &[
-            "\"a bedrock stream frame could not be written: (e)\"",
-            "\"bedrock stream could not be decoded: (e)\"",
-            "Dialect::Anthropic",
-            "Dialect::Gemini",
-            "Dialect::OpenAi",
-            "Flavor::Anthropic",
-            "to_openai",
-        ],
-    ),
-    // Which provider a route's model goes to when the route is native: `Provider::native_routes`
-    // (the route's owner) and the routing table for the rest.
-    ("src/gateway/request.rs", &["ProviderName::Anthropic", "ProviderName::OpenAi"]),
-    // The Responses API's provider and error shape: `Provider::native_routes` and
-    // `Provider::error_flavor`.
-    ("src/gateway/responses.rs", &["Flavor::OpenAi", "ProviderName::OpenAi"]),
-    // Native routes: paths, operation ids, owner, dialect and error shape per route become one
-    // `Provider::native_routes()` table per provider folder; the model in a native path
-    // (`bedrock_path`, `vertex_path`, `vertex_upstream_path`): `Provider::model_from_path`.
-    (
-        "src/gateway/routes.rs",
-        &[
-            "\"/bedrock/\"",
-            "\"/bedrock/converse\"",
-            "\"/bedrock/converse-stream\"",
-            "\"/bedrock/model/\"",
-            "\"/vertex/\"",
-            "\"/vertex/generateContent\"",
-            "\"/vertex/streamGenerateContent\"",
-            "\"bedrock_converse\"",
-            "\"bedrock_converse_stream\"",
-            "\"vertex_generate_content\"",
-            "\"vertex_stream_generate_content\"",
-            "Dialect::Anthropic",
-            "Dialect::Gemini",
-            "Dialect::OpenAi",
-            "Flavor::Anthropic",
-            "Flavor::Bedrock",
-            "Flavor::Google",
-            "Flavor::OpenAi",
-            "ProviderName::Anthropic",
-            "ProviderName::Bedrock",
-            "ProviderName::OpenAi",
-            "ProviderName::Vertex",
-            "bedrock_path",
-            "vertex_path",
-            "vertex_upstream_path",
-        ],
-    ),
-];
-
-/// Outside src/gateway/: places that still name a provider because their module sits in a
-/// layer below `providers` (config, telemetry) or outside this change's area. Each says
-/// what is to replace it.
+/// Places that still name a provider because their module sits in a layer below `providers`
+/// (config) or outside this change's area; src/gateway/ has none. Each says what is to
+/// replace it.
 const DEBTS: &[(&str, &[&str])] = &[
     // Guardrails read the text of Converse and Gemini bodies: a text reader by `Dialect` in
     // providers/translate.
@@ -147,6 +45,8 @@ const DEBTS: &[(&str, &[&str])] = &[
             "vertex",
         ],
     ),
+    // The base URLs of the API-key providers' sections, checked with the other cross-field rules.
+    ("src/config/validate.rs", &["\"anthropic\"", "\"openai\"", "anthropic", "openai"]),
     // `ProviderName`, the names the config and the registry share.
     (
         "src/config/types.rs",
@@ -169,8 +69,6 @@ const DEBTS: &[(&str, &[&str])] = &[
     ("src/management/prompts.rs", &["Dialect::OpenAi"]),
     // The status page lists the API-key providers: a `Provider` flag for it.
     ("src/management/status.rs", &["ProviderName::Anthropic", "ProviderName::OpenAi"]),
-    // `gen_ai.provider.name` (platform layer): `Provider::semconv_name`, passed in by the caller.
-    ("src/telemetry/span.rs", &["\"aws.bedrock\"", "\"bedrock\"", "\"gcp.vertex_ai\"", "\"vertex\""]),
 ];
 
 #[test]
@@ -189,11 +87,8 @@ fn only_the_providers_folder_names_providers() {
             found.insert(rel, named);
         }
     }
-    let allowed: BTreeMap<String, BTreeSet<String>> = GATEWAY
-        .iter()
-        .chain(DEBTS)
-        .map(|(f, toks)| (f.to_string(), toks.iter().map(|t| t.to_string()).collect()))
-        .collect();
+    let allowed: BTreeMap<String, BTreeSet<String>> =
+        DEBTS.iter().map(|(f, toks)| (f.to_string(), toks.iter().map(|t| t.to_string()).collect())).collect();
     let mut new = Vec::new();
     for (file, toks) in &found {
         for t in toks.iter().filter(|t| !allowed.get(file).is_some_and(|a| a.contains(*t))) {
@@ -208,7 +103,7 @@ fn only_the_providers_folder_names_providers() {
     }
     assert!(new.is_empty(), "provider names outside src/providers/ (move them behind Provider):\n{}", new.join("\n"));
     assert!(gone.is_empty(), "listed places that no longer name a provider (remove them):\n{}", gone.join("\n"));
-    assert!(GATEWAY.iter().all(|(f, _)| f.starts_with("src/gateway/")), "GATEWAY lists src/gateway/ files only");
+    assert!(DEBTS.iter().all(|(f, _)| !f.starts_with("src/gateway/")), "src/gateway/ names no provider");
 }
 
 #[test]

@@ -8,13 +8,13 @@ use super::context::Ctx;
 use super::ending::Ending;
 use super::mcp::tool_label;
 use super::relay::UpstreamOutcome;
-use super::routes::Route;
 use super::state::Gateway;
 use crate::checks::pipeline::Outcome;
 use crate::config::{CommitMode, ProviderName};
 use crate::error::ErrorKind;
 use crate::metrics::{self, METRICS};
 use crate::providers::Flavor;
+use crate::providers::Route;
 use crate::receipts::{self, Check};
 
 impl Gateway {

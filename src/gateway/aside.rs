@@ -2,7 +2,8 @@
 //! a tenant's tool server, and the OpenAI Responses calls on stored responses. Which one a
 //! request is, its metric label and its error envelope are here; `aside_calls.rs` answers them.
 
-use super::routes;
+use crate::providers::catalog::ListShape;
+use crate::providers::route::{self as routes, NativeOp};
 use crate::providers::Flavor;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,17 +60,16 @@ impl Aside {
         }
     }
 
-    /// The error envelope its client reads: Anthropic's when the request is Anthropic-shaped.
+    /// The error envelope its client reads: the native operation's, or the list client's.
     pub fn flavor(&self, headers: &http::HeaderMap) -> Flavor {
         match self {
-            Aside::CountTokens => Flavor::Anthropic,
+            Aside::CountTokens => NativeOp::COUNT_TOKENS.flavor,
             Aside::Mcp(_) => Flavor::Plain,
             Aside::ResponseRetrieve(_)
             | Aside::ResponseDelete(_)
             | Aside::ResponseInputItems(_)
-            | Aside::ResponseInputTokens => Flavor::OpenAi,
-            _ if anthropic_shaped(headers) => Flavor::Anthropic,
-            _ => Flavor::OpenAi,
+            | Aside::ResponseInputTokens => NativeOp::STORED_RESPONSES.flavor,
+            _ => ListShape::of(headers).flavor(),
         }
     }
 }
@@ -87,11 +87,6 @@ fn responses_aside(method: &http::Method, rest: &str) -> Option<Aside> {
         "DELETE" => id(rest).map(Aside::ResponseDelete),
         _ => None,
     }
-}
-
-/// The anthropic SDK sends `anthropic-version` and its key as `x-api-key`.
-pub(super) fn anthropic_shaped(headers: &http::HeaderMap) -> bool {
-    headers.contains_key("anthropic-version") || headers.contains_key("x-api-key")
 }
 
 /// The server name of an `/mcp/{server}` path.

@@ -10,20 +10,22 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
 
-use super::aside::{anthropic_shaped, Aside};
-use super::client::{anthropic_betas, presented_key};
+use super::aside::Aside;
+use super::client::presented_key;
 use super::context::Ctx;
 use super::ending::Ending;
 use super::mcp::Passing;
 use super::state::Gateway;
 use super::stored::{references, StoredRef};
-use super::{body, catalog, relay, request, routes};
+use super::{body, catalog, relay, request};
 use crate::checks::guardrail::plugin as guardrail;
 use crate::checks::pipeline;
 use crate::checks::policy::{Decision, Facts};
 use crate::checks::rate_limit;
 use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
+use crate::providers::catalog::ListShape;
+use crate::providers::route::NativeOp;
 use crate::providers::Flavor;
 use crate::providers::{self, Dialect, Target};
 use crate::receipts::Kind;
@@ -107,7 +109,8 @@ impl Gateway {
     ) -> Result<Ending, ApiError> {
         let cred = self.credential(ctx, &side.key, side.provider)?;
         let provider = providers::provider(side.provider);
-        let path = routes::normalize(session.req_header().uri.path_and_query().map_or("", |p| p.as_str())).to_string();
+        let path = providers::route::normalize(session.req_header().uri.path_and_query().map_or("", |p| p.as_str()))
+            .to_string();
         let target = Target::Native { path: &path, stream: side.stream };
         let mut call = self.prepare_call(session, ctx, provider, &cred, target, side.body).await?;
         call.method = side.method;
@@ -124,12 +127,7 @@ impl Gateway {
         let models = catalog::models(&ctx.snap, key, chrono::Utc::now());
         let created = catalog::created(&ctx.snap);
         let req = session.req_header();
-        let body = if anthropic_shaped(&req.headers) {
-            let page = catalog::AnthropicPage::parse(req.uri.query())?;
-            catalog::anthropic_list(&models, &page, &created.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        } else {
-            catalog::openai_list(&models, created.timestamp())
-        };
+        let body = ListShape::of(&req.headers).list(&models, req.uri.query(), created)?;
         Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), &ctx.answer_headers()))
     }
 
@@ -137,11 +135,7 @@ impl Gateway {
         let models = catalog::models(&ctx.snap, key, chrono::Utc::now());
         let m = models.iter().find(|m| m.id == id).ok_or_else(|| ApiError::not_found(&format!("model `{id}`")))?;
         let created = catalog::created(&ctx.snap);
-        let body = if anthropic_shaped(&session.req_header().headers) {
-            catalog::anthropic_model(m, &created.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        } else {
-            catalog::openai_model(m, created.timestamp())
-        };
+        let body = ListShape::of(&session.req_header().headers).entry(m, created);
         Ok(Ending::json(200, serde_json::to_vec(&body).unwrap_or_default(), &ctx.answer_headers()))
     }
 
@@ -167,16 +161,17 @@ impl Gateway {
         }
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
         ctx.model = count_tokens_model(&raw)?;
-        ctx.provider = Some(ProviderName::Anthropic);
-        self.allow_model(ctx, &key, &anthropic_betas(&session.req_header().headers))?;
+        let op = NativeOp::COUNT_TOKENS;
+        ctx.provider = Some(op.provider);
+        self.allow_model(ctx, &key, &providers::requested_betas(&session.req_header().headers))?;
         Ok(ProviderSide {
             key,
-            provider: ProviderName::Anthropic,
+            provider: op.provider,
             method: "POST",
             body: raw,
             stream: false,
-            dialect: Dialect::Anthropic,
-            flavor: Flavor::Anthropic,
+            dialect: op.dialect,
+            flavor: op.flavor,
             cx: pipeline::Ctx::default(),
         })
     }
@@ -192,7 +187,8 @@ impl Gateway {
         key: Arc<KeyEntry>,
         aside: &Aside,
     ) -> Result<ProviderSide, ApiError> {
-        ctx.provider = Some(ProviderName::OpenAi);
+        let op = NativeOp::STORED_RESPONSES;
+        ctx.provider = Some(op.provider);
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
         let tenant = key.tenant_id();
         let (method, body, stream) = match aside {
@@ -209,8 +205,8 @@ impl Gateway {
         if matches!(aside, Aside::ResponseRetrieve(_)) {
             guardrail::arm_answer_scan(&ctx.snap, tenant, &mut cx);
         }
-        let (dialect, flavor) = (Dialect::Responses, Flavor::OpenAi);
-        Ok(ProviderSide { key, provider: ProviderName::OpenAi, method, body, stream, dialect, flavor, cx })
+        let (provider, dialect, flavor) = (op.provider, op.dialect, op.flavor);
+        Ok(ProviderSide { key, provider, method, body, stream, dialect, flavor, cx })
     }
 
     /// The body of an input token count: the model it names is one this key may call, the

@@ -1,5 +1,4 @@
-//! What the client's request header says: the key it presents, its actor, and the Anthropic
-//! beta features it asks for.
+//! What the client's request header says: the key it presents and its actor.
 
 use pingora::proxy::Session;
 
@@ -16,17 +15,4 @@ pub(super) fn presented_key(session: &Session) -> Option<&str> {
         return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim());
     }
     h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
-}
-
-/// The Anthropic beta features a request asks for: every `anthropic-beta` header, comma-separated.
-pub(super) fn anthropic_betas(headers: &http::HeaderMap) -> Vec<String> {
-    headers
-        .get_all("anthropic-beta")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|b| !b.is_empty())
-        .map(str::to_string)
-        .collect()
 }

@@ -14,8 +14,8 @@ use crate::snapshot::{KeyEntry, Snapshot};
 
 use super::aside::Aside;
 use super::relay::UpstreamOutcome;
-use super::routes::Route;
 use super::span::RequestSpan;
+use crate::providers::Route;
 
 /// Everything one request learns on its way through, read again in `logging`.
 pub struct Ctx {

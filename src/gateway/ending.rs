@@ -111,14 +111,11 @@ impl Ending {
 /// A refusal in the stream's own format, as its last event.
 pub fn error_event(dialect: Dialect, flavor: Flavor, e: &ApiError) -> Bytes {
     let mut out = BytesMut::new();
-    match dialect {
-        Dialect::Anthropic => out.extend_from_slice(b"event: error\n"),
-        Dialect::Responses => {
-            write_event(&mut out, "event: error\n", &responses::error_event(e.envelope(flavor)));
-            return out.freeze();
-        }
-        _ => {}
+    if dialect == Dialect::Responses {
+        write_event(&mut out, "event: error\n", &responses::error_event(e.envelope(flavor)));
+        return out.freeze();
     }
+    out.extend_from_slice(dialect.error_event_line());
     write_event(&mut out, "", &e.envelope(flavor));
     out.freeze()
 }

@@ -169,7 +169,7 @@ impl Checked for ToolCall {
             key: self.key.clone(),
             kind: Kind::ToolCall,
             route: "/mcp",
-            dialect: Dialect::OpenAi,
+            dialect: Dialect::CHAT,
             provider: self.server.name.clone().into(),
             model: self.tool.clone(),
             tool: Some(std::mem::take(&mut self.tool)),

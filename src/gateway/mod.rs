@@ -18,7 +18,6 @@ mod proxy;
 mod relay;
 mod request;
 mod responses;
-mod routes;
 mod span;
 mod sse;
 mod state;

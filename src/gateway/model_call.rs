@@ -9,15 +9,15 @@ use pingora::proxy::Session;
 use serde_json::Value;
 
 use super::checked::Checked;
-use super::client::{anthropic_betas, header_str, presented_key};
+use super::client::{header_str, presented_key};
 use super::context::Ctx;
 use super::ending::Ending;
-use super::routes::{self, Route};
 use super::state::Gateway;
 use super::{body, relay, request};
 use crate::checks::pipeline::{self, Cached, Exchange, JsonBody};
 use crate::error::ApiError;
 use crate::providers::translate;
+use crate::providers::Route;
 use crate::providers::{self, Dialect, Provider, Target};
 use crate::receipts::{CheckResult, Kind};
 use crate::snapshot::KeyEntry;
@@ -33,7 +33,7 @@ pub(super) struct ModelCall {
 impl ModelCall {
     /// An OpenAI-shaped request for a provider that speaks another API.
     fn translated(&self) -> bool {
-        self.route == Route::ChatCompletions && providers::provider(self.parsed.provider).dialect() != Dialect::OpenAi
+        self.route == Route::ChatCompletions && providers::provider(self.parsed.provider).dialect() != Dialect::CHAT
     }
 
     /// The model the provider addresses by id (Bedrock's path, a translated call); the other
@@ -60,7 +60,7 @@ impl ModelCall {
         if self.translated() {
             let j = json.take().unwrap_or_default();
             let hide = stream && !translate::include_usage(&j);
-            let native = provider.request_from_openai(&j, model)?;
+            let native = provider.request_from_chat(&j, model)?;
             return Ok((Bytes::from(serde_json::to_vec(&native).unwrap_or_default()), hide));
         }
         let mut hide = false;
@@ -103,7 +103,7 @@ impl Checked for ModelCall {
             provider: parsed.provider.as_str().into(),
             model: ctx.model.clone(),
             tool: None,
-            betas: anthropic_betas(headers),
+            betas: providers::requested_betas(headers),
             stream: parsed.stream,
             max_tokens: parsed.max_tokens,
             prompt_tokens_est: pipeline::estimate_prompt_tokens(parsed.raw.len()),
@@ -182,10 +182,10 @@ impl Gateway {
         let cred = self.credential(ctx, &call.key, name)?;
         let model = call.upstream_model(ctx);
         let (body, hide_usage_chunk) = call.upstream_body(ctx, provider, &model, json)?;
-        let native_path = matches!(call.route, Route::Generate | Route::GenerateStream).then(|| {
-            routes::vertex_upstream_path(session.req_header().uri.path_and_query().map_or("", |p| p.as_str()))
-        });
-        let target = call.target(native_path.as_deref(), &model);
+        // The client's native path, which the provider maps onto its own API.
+        let native_path = matches!(call.route, Route::Generate | Route::GenerateStream)
+            .then(|| session.req_header().uri.path_and_query().map_or("", |p| p.as_str()));
+        let target = call.target(native_path, &model);
         if let Some(t) = ctx.trace.as_mut() {
             t.prompt(&body);
         }

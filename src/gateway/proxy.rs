@@ -18,7 +18,6 @@ use super::aside::Aside;
 use super::context::{new_id, Ctx};
 use super::ending::Ending;
 use super::relay::UpstreamOutcome;
-use super::routes::Route;
 use super::span::RequestSpan;
 use super::state::Gateway;
 use crate::checks::pipeline;
@@ -26,6 +25,7 @@ use crate::config::ProviderName;
 use crate::error::ErrorKind;
 use crate::metrics::{self, METRICS};
 use crate::providers::Flavor;
+use crate::providers::Route;
 
 #[async_trait]
 impl ProxyHttp for Gateway {

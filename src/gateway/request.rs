@@ -3,10 +3,10 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::routes::Route;
 use super::stored::{self, StoredRef};
 use crate::config::ProviderName;
 use crate::error::ApiError;
+use crate::providers::Route;
 use crate::snapshot::Snapshot;
 
 pub struct ParsedRequest {
@@ -276,7 +276,7 @@ pub fn parse_native(
         Some(_) => {}
     }
     let max_tokens = json.pointer(cap).and_then(Value::as_u64);
-    let provider = route.native_provider().unwrap_or(ProviderName::OpenAi);
+    let provider = route.default_provider();
     Ok(ParsedRequest {
         stream: route.streams(),
         provider,
@@ -295,15 +295,15 @@ pub fn upstream_model(provider: ProviderName, model: &str) -> &str {
 
 fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderName, ApiError> {
     let routed = snap.route(model);
+    let own = route.default_provider();
     match (route, routed) {
-        // The Messages API is Anthropic's own; models the table gives elsewhere don't speak it.
-        (Route::Messages, None | Some(ProviderName::Anthropic)) => Ok(ProviderName::Anthropic),
+        // A provider's own API (Messages, Responses) is served by that provider; models the
+        // table gives elsewhere don't speak it. Embeddings are served by one provider.
+        (Route::Messages | Route::Responses, None) => Ok(own),
+        (Route::Messages | Route::Responses | Route::Embeddings, Some(p)) if p == own => Ok(own),
         (Route::Messages, Some(p)) => {
             Err(ApiError::invalid(format!("model `{model}` is served by {p}; call it through /v1/chat/completions")))
         }
-        (Route::Embeddings, Some(ProviderName::OpenAi)) => Ok(ProviderName::OpenAi),
-        // The Responses API is OpenAI's own, as Messages is Anthropic's.
-        (Route::Responses, None | Some(ProviderName::OpenAi)) => Ok(ProviderName::OpenAi),
         // Every provider serves chat: the others through translation.
         (Route::ChatCompletions, Some(p)) => Ok(p),
         (_, Some(p)) => Err(ApiError::invalid(format!(

@@ -142,11 +142,7 @@ impl RequestSpan {
 
 /// `gen_ai.provider.name`: the semantic conventions' names for the providers Tollgate routes to.
 fn provider_name(provider: &str) -> String {
-    match provider {
-        "bedrock" => "aws.bedrock".into(),
-        "vertex" => "gcp.vertex_ai".into(),
-        p => p.into(),
-    }
+    crate::providers::semconv_name(provider).into()
 }
 
 fn clamp(n: u64) -> i64 {

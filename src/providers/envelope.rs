@@ -23,6 +23,15 @@ pub enum Flavor {
     Google,
 }
 
+impl Flavor {
+    /// Whether an upstream status is passed on as it is rather than as the gateway's 502:
+    /// Anthropic's 529 "overloaded" on the Anthropic route, on which the anthropic SDK raises
+    /// its OverloadedError (and retries).
+    pub fn keeps_upstream_status(self, status: u16) -> bool {
+        status == 529 && self == Flavor::Anthropic
+    }
+}
+
 impl ApiError {
     pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {
         let detail = ErrorDetail { kind: self.kind.type_name(), message: &self.message, code: self.status() };

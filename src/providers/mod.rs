@@ -13,6 +13,7 @@
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod catalog;
 pub mod credential;
 pub mod encrypted;
 pub mod envelope;
@@ -21,13 +22,16 @@ mod headers;
 pub mod openai;
 pub mod pricing;
 mod provider;
+pub mod route;
 pub mod translate;
 pub mod usage;
 pub mod vertex;
 
+pub use anthropic::requested_betas;
 pub use credential::{CredentialBody, ProviderAuth, ProviderCred};
 pub use envelope::Flavor;
 pub use provider::{ClientHeader, Env, Probe, Provider, Target, UpstreamCall};
+pub use route::Route;
 pub use translate::ensure_stream_usage;
 pub use usage::{Dialect, Usage};
 pub use vertex::auth::TokenCache;
@@ -41,6 +45,15 @@ pub fn provider(name: ProviderName) -> &'static dyn Provider {
         ProviderName::Anthropic => &anthropic::Anthropic,
         ProviderName::Bedrock => &bedrock::Bedrock,
         ProviderName::Vertex => &vertex::Vertex,
+    }
+}
+
+/// `gen_ai.provider.name`: the semantic conventions' name for a provider Tollgate routes to.
+pub fn semconv_name(provider: &str) -> &str {
+    match provider {
+        "bedrock" => "aws.bedrock",
+        "vertex" => "gcp.vertex_ai",
+        p => p,
     }
 }
 

@@ -65,10 +65,10 @@ pub trait Provider: Sync {
 
     /// An OpenAI Chat Completions body → this provider's request body (identity for OpenAI).
     /// `model` is the model id the provider is to serve (the routing prefix removed).
-    fn request_from_openai(&self, openai: &Value, model: &str) -> Result<Value, TranslateError>;
+    fn request_from_chat(&self, openai: &Value, model: &str) -> Result<Value, TranslateError>;
 
     /// This provider's whole answer → a `chat.completion`.
-    fn to_openai(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError>;
+    fn to_chat(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError>;
 
     /// A translator of this provider's stream events into `chat.completion.chunk`s.
     fn chunk_translator(&self, model: &str, id: &str, created: i64) -> Box<dyn ChunkTranslator>;

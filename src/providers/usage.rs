@@ -49,6 +49,43 @@ pub enum Dialect {
     Gemini,
 }
 
+impl Dialect {
+    /// The chat completions dialect: the gateway's lingua franca, which every provider
+    /// translates from and to.
+    pub const CHAT: Dialect = Dialect::OpenAi;
+
+    /// Whether an SSE event (trimmed) is the one that closes a stream: the chat dialect's
+    /// `data: [DONE]`, Messages' `message_stop`. Gemini's stream has no closing event (its end
+    /// is the end of the body); Converse streams are frames, not SSE; Responses' terminal
+    /// events are typed events the gateway's Responses module reads.
+    pub fn is_closing_event(self, trimmed: &[u8]) -> bool {
+        match self {
+            Dialect::OpenAi => trimmed == b"data: [DONE]" || trimmed == b"data:[DONE]",
+            Dialect::Anthropic => {
+                trimmed.starts_with(b"event: message_stop") || trimmed.starts_with(b"event:message_stop")
+            }
+            Dialect::Responses | Dialect::Converse | Dialect::Gemini => false,
+        }
+    }
+
+    /// The bytes every event that carries usage contains: cheaper to look for than parsing
+    /// every token event.
+    pub fn usage_marker(self) -> &'static [u8] {
+        match self {
+            Dialect::Gemini => b"\"usageMetadata\"",
+            _ => b"\"usage\"",
+        }
+    }
+
+    /// The line an error event starts with in this dialect's SSE stream (none: a bare `data:`).
+    pub fn error_event_line(self) -> &'static [u8] {
+        match self {
+            Dialect::Anthropic => b"event: error\n",
+            _ => b"",
+        }
+    }
+}
+
 /// Usage from the raw bytes of a whole JSON answer. Only `usage` is read: the rest of the
 /// answer (often most of it) is skipped by the parser, not built into values. An object
 /// `usage` is read into plain numbers without allocating; anything else takes the general path,

@@ -227,16 +227,11 @@ fn is_error_event(event: &[u8]) -> bool {
         && event_json(event).is_some_and(|v| v.get("error").is_some_and(|e| !e.is_null()))
 }
 
-/// The event that closes a stream: OpenAI's `data: [DONE]`, Anthropic's `message_stop`.
+/// The event that closes a stream, in the stream's dialect.
 fn is_closing(dialect: Dialect, event: &[u8]) -> bool {
-    let trimmed = event.trim_ascii();
     match dialect {
-        Dialect::OpenAi => trimmed == b"data: [DONE]" || trimmed == b"data:[DONE]",
-        Dialect::Anthropic => trimmed.starts_with(b"event: message_stop") || trimmed.starts_with(b"event:message_stop"),
         Dialect::Responses => responses::is_terminal(event),
-        // Gemini's stream has no closing event (its end is the end of the body); Converse
-        // streams are frames, not SSE.
-        Dialect::Converse | Dialect::Gemini => false,
+        _ => dialect.is_closing_event(event.trim_ascii()),
     }
 }
 
@@ -313,7 +308,7 @@ impl EventScanner<'_> {
 /// `message_start` both name it).
 fn read_event(dialect: Dialect, event: &Bytes, out: &mut Relayed, read_model: bool) -> bool {
     // Parsing every token event would cost more than relaying it; only usage events matter.
-    let marker: &[u8] = if dialect == Dialect::Gemini { b"\"usageMetadata\"" } else { b"\"usage\"" };
+    let marker = dialect.usage_marker();
     if !event.windows(marker.len()).any(|w| w == marker) {
         return false;
     }
@@ -328,7 +323,7 @@ fn read_event(dialect: Dialect, event: &Bytes, out: &mut Relayed, read_model: bo
             .and_then(Value::as_str)
             .map(str::to_string);
     }
-    dialect == Dialect::OpenAi
+    dialect == Dialect::CHAT
         && v.get("usage").is_some_and(Value::is_object)
         && v.get("choices").and_then(Value::as_array).is_some_and(|c| c.is_empty())
 }

@@ -33,7 +33,7 @@ pub(super) async fn relay_frames(session: &mut Session, resp: UpstreamResponse<'
         let events = match decoder.push(&chunk) {
             Ok(events) => events,
             Err(e) => {
-                log::warn!("bedrock stream could not be decoded: {e}");
+                log::warn!("{} stream could not be decoded: {e}", plan.provider);
                 return match scanner {
                     // What cannot be read cannot be checked: the answer stops here.
                     Some(_) => Piece::End(Bytes::from(frame(eventstream::encode_exception(
@@ -126,7 +126,7 @@ impl FrameScanner {
 /// decoded frame never has) is left out and logged.
 fn frame(encoded: Result<Vec<u8>, eventstream::EncodeError>) -> Vec<u8> {
     encoded.unwrap_or_else(|e| {
-        log::error!("a bedrock stream frame could not be written: {e}");
+        log::error!("an event-stream frame could not be written: {e}");
         Vec::new()
     })
 }

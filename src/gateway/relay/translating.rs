@@ -38,7 +38,7 @@ impl Translating {
         let events = match &mut self.framing {
             Framing::Sse(s) => s.push(chunk).iter().filter_map(|e| event_json(e)).collect(),
             Framing::Frames(d) => d.push(chunk).unwrap_or_else(|e| {
-                log::warn!("bedrock stream could not be decoded: {e}");
+                log::warn!("an event stream could not be decoded: {e}");
                 vec![serde_json::json!({"internalServerException": {"message": "the provider's stream could not be decoded"}})]
             }),
         };

@@ -15,7 +15,6 @@ use crate::gateway::ending::Ending;
 use crate::gateway::header;
 use crate::gateway::responses;
 use crate::providers::usage::{self, Usage};
-use crate::providers::Flavor;
 use crate::receipts::CheckResult;
 use crate::upstream::{UpstreamError, UpstreamResponse};
 
@@ -38,9 +37,8 @@ pub(super) async fn relay_refusal(mut resp: UpstreamResponse<'_>, plan: RelayPla
     let body = resp.read_all(ERROR_BODY_CAP).await.unwrap_or_default();
     resp.release().await;
     let said = provider_message(&body);
-    // Anthropic's 529 "overloaded" keeps its status on the Anthropic route: the anthropic SDK
-    // raises its OverloadedError (and retries) on it; any other 5xx is our 502.
-    let overloaded = status == 529 && plan.flavor == Flavor::Anthropic;
+    // A status the client's SDK acts on keeps its status; any other 5xx is our 502.
+    let overloaded = plan.flavor.keeps_upstream_status(status);
     let kind = if status >= 500 && !overloaded { ErrorKind::UpstreamError } else { ErrorKind::ProviderRefused(status) };
     let message = match said {
         Some(m) => format!("{} answered {status}: {m}", plan.provider),
@@ -191,7 +189,7 @@ fn translate_body(t: &Translation, body: &[u8]) -> Result<Bytes, ApiError> {
         ApiError::new(ErrorKind::UpstreamError, format!("{}'s answer could not be read: {why}", t.provider.name()))
     };
     let native: Value = serde_json::from_slice(body).map_err(|e| broken(e.to_string()))?;
-    let answer = t.provider.to_openai(&native, &t.model, &t.id, t.created).map_err(|e| broken(e.to_string()))?;
+    let answer = t.provider.to_chat(&native, &t.model, &t.id, t.created).map_err(|e| broken(e.to_string()))?;
     Ok(Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()))
 }
 

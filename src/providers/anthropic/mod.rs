@@ -12,7 +12,23 @@ use crate::providers::headers::base_headers;
 use crate::providers::translate::{self, ChunkTranslator, StreamTranslator, TranslateError};
 use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 
-const FORWARD: &[&str] = &["anthropic-beta"];
+const FORWARD: &[&str] = &[BETA];
+
+/// The header a client asks for Anthropic's beta features with.
+const BETA: &str = "anthropic-beta";
+
+/// The beta features a request asks for: every beta header, comma-separated.
+pub fn requested_betas(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all(BETA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .map(str::to_string)
+        .collect()
+}
 
 pub struct Anthropic;
 
@@ -47,13 +63,13 @@ impl Provider for Anthropic {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn request_from_openai(&self, openai: &Value, model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, model: &str) -> Result<Value, TranslateError> {
         let mut body = translate::to_anthropic_request(openai)?;
         body["model"] = Value::String(model.to_string());
         Ok(body)
     }
 
-    fn to_openai(&self, answer: &Value, _model: &str, _id: &str, created: i64) -> Result<Value, TranslateError> {
+    fn to_chat(&self, answer: &Value, _model: &str, _id: &str, created: i64) -> Result<Value, TranslateError> {
         translate::to_openai_completion(answer, created)
     }
 

@@ -72,11 +72,11 @@ impl Provider for Bedrock {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn request_from_openai(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
         converse::to_converse_request(openai)
     }
 
-    fn to_openai(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError> {
+    fn to_chat(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError> {
         converse::to_openai_completion(answer, model, id, created)
     }
 

@@ -45,11 +45,11 @@ impl Provider for OpenAi {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn request_from_openai(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
         Ok(openai.clone())
     }
 
-    fn to_openai(&self, answer: &Value, _model: &str, _id: &str, _created: i64) -> Result<Value, TranslateError> {
+    fn to_chat(&self, answer: &Value, _model: &str, _id: &str, _created: i64) -> Result<Value, TranslateError> {
         Ok(answer.clone())
     }
 

@@ -51,7 +51,7 @@ impl Provider for Vertex {
                 )
             }
             Target::Path(p) => p.to_string(),
-            Target::Native { path, .. } => path.to_string(),
+            Target::Native { path, .. } => upstream_path(path),
         };
         let token = env.tokens.token(account).await.map_err(|e| e.api_error())?;
         let mut headers = base_headers(&["x-goog-user-project"], client_header);
@@ -59,11 +59,11 @@ impl Provider for Vertex {
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }
 
-    fn request_from_openai(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
+    fn request_from_chat(&self, openai: &Value, _model: &str) -> Result<Value, TranslateError> {
         gemini::to_gemini_request(openai)
     }
 
-    fn to_openai(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError> {
+    fn to_chat(&self, answer: &Value, model: &str, id: &str, created: i64) -> Result<Value, TranslateError> {
         gemini::to_openai_completion(answer, model, id, created)
     }
 
@@ -144,4 +144,12 @@ pub(crate) fn google_status(status: u16) -> &'static str {
         s if s >= 500 => "INTERNAL",
         _ => "INVALID_ARGUMENT",
     }
+}
+
+/// The client's native path (`/vertex/[v1/]projects/...`, with its query) as Vertex's own API
+/// path (`/v1/projects/...`).
+pub(crate) fn upstream_path(path_and_query: &str) -> String {
+    let rest = path_and_query.strip_prefix("/vertex/").unwrap_or(path_and_query);
+    let rest = rest.strip_prefix("v1/").unwrap_or(rest);
+    format!("/v1/{rest}")
 }

@@ -1,8 +1,9 @@
-//! The gateway's routes and what each one speaks.
+//! The gateway's model-call routes and what each one speaks: the chat dialect's routes and each
+//! provider's native API, with the provider that owns it, its dialect and its error shape.
 
+use super::envelope::Flavor;
+use super::usage::Dialect;
 use crate::config::ProviderName;
-use crate::providers::Dialect;
-use crate::providers::Flavor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -18,7 +19,7 @@ pub enum Route {
     /// The same path with `:streamGenerateContent`.
     GenerateStream,
     /// `POST /v1/responses`: OpenAI Responses, a model call (the calls on stored responses are
-    /// asides: `aside.rs`).
+    /// the gateway's asides).
     Responses,
 }
 
@@ -56,6 +57,12 @@ impl Route {
             Route::Responses => Some(ProviderName::OpenAi),
             Route::ChatCompletions | Route::Embeddings => None,
         }
+    }
+
+    /// The provider a route's requests go to when nothing else says: a native route's owner,
+    /// else the chat dialect's own provider (the one that serves embeddings).
+    pub fn default_provider(self) -> ProviderName {
+        self.native_provider().unwrap_or(ProviderName::OpenAi)
     }
 
     /// Whether the route itself asks for a stream (the native streaming operations).
@@ -120,6 +127,24 @@ impl Route {
     }
 }
 
+/// A provider's native operation the gateway passes on that is not a model call: the provider
+/// that owns it, the dialect it answers in and the error envelope its client reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NativeOp {
+    pub provider: ProviderName,
+    pub dialect: Dialect,
+    pub flavor: Flavor,
+}
+
+impl NativeOp {
+    /// `POST /v1/messages/count_tokens`.
+    pub const COUNT_TOKENS: NativeOp =
+        NativeOp { provider: ProviderName::Anthropic, dialect: Dialect::Anthropic, flavor: Flavor::Anthropic };
+    /// The calls on stored responses (`/v1/responses/{id}`, `/v1/responses/input_tokens`).
+    pub const STORED_RESPONSES: NativeOp =
+        NativeOp { provider: ProviderName::OpenAi, dialect: Dialect::Responses, flavor: Flavor::OpenAi };
+}
+
 /// A client whose base URL already ends in `/v1` (the anthropic SDK appends `/v1/messages` to
 /// it) asks for `/v1/v1/...`: one `/v1` is dropped, so both base URLs work.
 pub fn normalize(path: &str) -> &str {
@@ -164,13 +189,6 @@ fn vertex_path(path: &str) -> Option<(String, Route)> {
     (!model.is_empty()).then_some((model, route))
 }
 
-/// The client's Vertex path as Vertex's own API path (`/v1/projects/...`), with its query.
-pub fn vertex_upstream_path(path_and_query: &str) -> String {
-    let rest = path_and_query.strip_prefix("/vertex/").unwrap_or(path_and_query);
-    let rest = rest.strip_prefix("v1/").unwrap_or(rest);
-    format!("/v1/{rest}")
-}
-
 /// A path segment, percent-decoded; None when the bytes are not UTF-8.
 fn percent_decode(s: &str) -> Option<String> {
     percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned())
@@ -195,7 +213,7 @@ mod tests {
         let short = "/vertex/projects/p1/locations/l/publishers/google/models/m:streamGenerateContent";
         assert_eq!(Route::resolve(&post, short), Some(Route::GenerateStream));
         assert_eq!(
-            vertex_upstream_path(&format!("{short}?alt=sse")),
+            super::super::vertex::upstream_path(&format!("{short}?alt=sse")),
             "/v1/projects/p1/locations/l/publishers/google/models/m:streamGenerateContent?alt=sse"
         );
         assert_eq!(Route::resolve(&post, "/vertex/projects/p1/models/m:generateContent"), None);
