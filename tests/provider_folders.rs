@@ -27,11 +27,9 @@ const DEBTS: &[(&str, &[&str])] = &[
     (
         "src/config/mod.rs",
         &[
-            "\"anthropic\"",
             "\"bedrock/*\"",
             "\"https://api.anthropic.com\"",
             "\"https://api.openai.com\"",
-            "\"openai\"",
             "\"vertex/*\"",
             "Anthropic",
             "OpenAi",
