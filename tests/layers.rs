@@ -12,6 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+#[path = "support/source.rs"]
+mod source;
+use source::drop_test_items;
+
 /// The layers, top to bottom, each with the module paths that belong to it (the longest
 /// matching prefix decides). A module may import from its own layer and from layers below.
 const LAYERS: &[(&str, &[&str])] = &[
@@ -427,36 +431,6 @@ fn raw_string_at(b: &[u8], i: usize) -> Option<usize> {
         j += 1;
     }
     Some(b.len())
-}
-
-/// The text without items marked `#[cfg(test)]` (up to their `;` or closing brace).
-fn drop_test_items(s: &str) -> String {
-    let mut s = s.to_string();
-    while let Some(at) = s.find("#[cfg(test)]") {
-        let b = s.as_bytes();
-        let mut i = at + "#[cfg(test)]".len();
-        while i < b.len() && b[i] != b'{' && b[i] != b';' {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'{' {
-            let mut depth = 0;
-            while i < b.len() {
-                match b[i] {
-                    b'{' => depth += 1,
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-        }
-        s.replace_range(at..(i + 1).min(s.len()), "");
-    }
-    s
 }
 
 fn is_ident(c: char) -> bool {

@@ -9,6 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+#[path = "support/source.rs"]
+mod source;
+use source::drop_test_items;
+
 const NAMES: &[&str] = &["openai", "anthropic", "bedrock", "vertex", "gemini", "google"];
 
 /// Places that still name a provider because their module sits in a layer below `providers`
@@ -265,34 +269,4 @@ fn skip_block_comment(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
         }
         prev = c;
     }
-}
-
-/// The text without items marked `#[cfg(test)]` (up to their `;` or closing brace).
-fn drop_test_items(s: &str) -> String {
-    let mut s = s.to_string();
-    while let Some(at) = s.find("#[cfg(test)]") {
-        let b = s.as_bytes();
-        let mut i = at + "#[cfg(test)]".len();
-        while i < b.len() && b[i] != b'{' && b[i] != b';' {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'{' {
-            let mut depth = 0;
-            while i < b.len() {
-                match b[i] {
-                    b'{' => depth += 1,
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-        }
-        s.replace_range(at..(i + 1).min(s.len()), "");
-    }
-    s
 }
