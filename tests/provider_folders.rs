@@ -24,8 +24,6 @@ const DEBTS: &[(&str, &[&str])] = &[
     ("src/checks/guardrail/json_text.rs", &["bedrock_delta", "gemini_parts", "gemini_text_part"]),
     // The exchange fixture for tests and benchmarks (not under #[cfg(test)]).
     ("src/checks/pipeline/exchange.rs", &["\"openai\"", "Dialect::OpenAi"]),
-    // The beta allowlist names the header: `Provider::forwarded_headers`.
-    ("src/checks/policy/allowlist.rs", &["\"anthropic-beta\""]),
     // config is in the platform layer, below providers: it names the providers to read
     // `providers.<name>` sections, routes and their defaults with the same YAML errors.
     (
@@ -67,8 +65,6 @@ const DEBTS: &[(&str, &[&str])] = &[
             "Vertex",
         ],
     ),
-    // Prompt runs read the chat answer's usage: the chat dialect as `Provider::dialect`.
-    ("src/management/prompts.rs", &["Dialect::OpenAi"]),
     // The status page lists the API-key providers: a `Provider` flag for it.
     ("src/management/status.rs", &["ProviderName::Anthropic", "ProviderName::OpenAi"]),
 ];

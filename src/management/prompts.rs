@@ -160,7 +160,7 @@ pub async fn run(app: &App, caller: &Caller, req: &Req) -> Handled {
     let chat = json!({"model": model, "messages": [{"role": "user", "content": text}]});
     let answer = through_gateway(app, caller, serde_json::to_vec(&chat).unwrap_or_default()).await?;
     let output = answer.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap_or_default();
-    let used = usage::from_value(Dialect::OpenAi, &answer).unwrap_or_default();
+    let used = usage::from_value(Dialect::CHAT, &answer).unwrap_or_default();
     let cost_usd = app.snapshot.load().pricing.cost(&model, &used);
     Ok(Reply::json(
         200,

@@ -27,7 +27,7 @@ pub mod translate;
 pub mod usage;
 pub mod vertex;
 
-pub use anthropic::requested_betas;
+pub use anthropic::{requested_betas, BETA as BETA_HEADER};
 pub use credential::{CredentialBody, ProviderAuth, ProviderCred};
 pub use envelope::Flavor;
 pub use provider::{ClientHeader, Env, Probe, Provider, Target, UpstreamCall};

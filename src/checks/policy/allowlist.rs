@@ -48,7 +48,7 @@ impl Allowlist {
                 }
                 // Every beta the request asks for must be allowed (none asked: nothing to refuse).
                 if let Some(b) = f.betas.iter().find(|b| !passes(&self.betas, b)) {
-                    return refused("anthropic-beta", b);
+                    return refused(crate::providers::BETA_HEADER, b);
                 }
                 None
             }

@@ -15,7 +15,7 @@ use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, Upst
 const FORWARD: &[&str] = &[BETA];
 
 /// The header a client asks for Anthropic's beta features with.
-const BETA: &str = "anthropic-beta";
+pub const BETA: &str = "anthropic-beta";
 
 /// The beta features a request asks for: every beta header, comma-separated.
 pub fn requested_betas(headers: &http::HeaderMap) -> Vec<String> {
