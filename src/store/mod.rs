@@ -32,6 +32,7 @@ pub mod spans;
 pub mod spend;
 pub mod teams;
 pub mod tenants;
+pub mod tiles;
 pub mod tool_servers;
 mod value;
 pub mod webhooks;
@@ -179,7 +180,12 @@ impl Store {
             };
             m.run(&pool).await.map_err(StoreError::from)
         })
-        .await
+        .await?;
+        let built = tiles::backfill(self).await?;
+        if built > 0 {
+            log::info!("built {built} log tiles of receipts written before them");
+        }
+        Ok(())
     }
 
     /// Runs database work on the database runtime and awaits its result from any runtime.

@@ -248,6 +248,7 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     f64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     &'static str: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Vec<u8>: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
     /// [`append_sealed`] on one connection.
@@ -264,6 +265,7 @@ where
         }
         let records = seal.seal(heads);
         tx.insert_receipts(&records).await?;
+        super::tiles::grow_sqlx(&mut tx.tx, &records).await?;
         tx.insert_events(&records).await?;
         tx.enqueue_outbox(&records).await?;
         tx.apply_spend(&records, rules).await?;
@@ -650,6 +652,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         let mut st = tx.prepare_cached(&sql).map_err(sqlite_err)?;
         st.execute(rusqlite::params_from_iter(chunk.iter().flat_map(|r| r.borrow().row.iter()))).map_err(sqlite_err)?;
     }
+    super::tiles::grow_sqlite(tx, records).map_err(sqlite_err)?;
     let mut spend = Deltas::default();
     for r in records.iter().map(std::borrow::Borrow::borrow) {
         for e in &r.events {
