@@ -25,6 +25,8 @@ pub struct App {
     pub tokens: Arc<crate::providers::TokenCache>,
     pub receipts: ReceiptQueue,
     pub signer: Arc<Signer>,
+    /// The tenant log's origin prefix (`log.origin_prefix`, else `tollgate-<installId>`).
+    pub log_origin: String,
     /// The exact-match answer cache (outlives policy reloads).
     pub cache: Arc<crate::checks::cache::AnswerCache>,
     /// State shared with the other gateway processes (Redis); `None` in one process.

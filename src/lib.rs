@@ -43,7 +43,8 @@
 //!   engine and shared Redis mode; `checks::pipeline` runs them in `checks::ORDER`);
 //!   `providers` (one folder per provider, `translate` between dialects, `pricing`); `receipts`
 //!   (vocabulary, sealing, the writer); `compliance` (attestations, proofs, bundles, packs);
-//!   `tool_servers`, `prompts`, `webhooks`, `keys`
+//!   `tenant_log` (the receipts as one Merkle tree: tiles, checkpoints, proofs); `tool_servers`,
+//!   `prompts`, `webhooks`, `keys`
 //! - platform: `store` (queries and rows), `config` (YAML → validated config, env overrides),
 //!   `metrics`, `telemetry` (OTLP export), `upstream` (the pooled HTTP client), `error` (the one
 //!   table from error kind to status and envelope), `secrets` (`Secret`, encryption at rest),
@@ -70,6 +71,7 @@ pub mod server;
 pub mod snapshot;
 pub mod store;
 pub mod telemetry;
+pub mod tenant_log;
 pub mod tool_servers;
 pub mod upstream;
 pub mod webhooks;

@@ -88,7 +88,9 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
     let tokens = Arc::new(crate::providers::TokenCache::new(upstream.clone(), Default::default()));
     let cfg_dir = cfg.storage.data_dir.clone();
+    let log_origin = rt.block_on(crate::tenant_log::checkpoint::origin_prefix(&store, &cfg.log.origin_prefix))?;
     let app = Arc::new(App {
+        log_origin,
         upstream,
         tokens,
         config: cfg,

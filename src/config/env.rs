@@ -65,7 +65,9 @@ fn receipts_and_cluster(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
     flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
-    number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)
+    number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
+    text(var, "TOLLGATE_LOG_ORIGIN_PREFIX", &mut cfg.log.origin_prefix);
+    Ok(())
 }
 
 fn webhooks_and_billing(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {

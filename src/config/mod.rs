@@ -6,6 +6,7 @@
 
 mod env;
 mod load;
+pub mod tenant_log;
 pub mod otlp;
 pub mod tool_server;
 mod types;
@@ -43,6 +44,7 @@ pub struct Config {
     pub webhooks: WebhooksSection,
     pub billing: BillingSection,
     pub cluster: ClusterSection,
+    pub log: tenant_log::LogSection,
 }
 
 /// What the checks that keep their counters in Redis do while it does not answer.
@@ -447,6 +449,7 @@ impl Default for Config {
             compliance: ComplianceSection::default(),
             receipts: ReceiptsSection::default(),
             cluster: ClusterSection::default(),
+            log: tenant_log::LogSection::default(),
             telemetry: TelemetrySection::default(),
             webhooks: WebhooksSection::default(),
             billing: BillingSection::default(),

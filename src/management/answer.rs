@@ -22,6 +22,14 @@ pub async fn answer(http: &mut ServerSession, reply: Handled) -> bool {
             let h = ResponseHeader::build(204, Some(1)).expect("valid status");
             (204, write_whole(http, h, Vec::new()).await)
         }
+        Ok(Reply::Bytes { headers, body }) => {
+            let mut h = ResponseHeader::build(200, Some(headers.len() + 1)).expect("valid status");
+            for (k, v) in headers {
+                let _ = h.insert_header(k, v);
+            }
+            let _ = h.insert_header("content-length", body.len().to_string());
+            (200, write_whole(http, h, body).await)
+        }
         Ok(Reply::Stream { headers, body }) => (200, write_stream(http, headers, body).await),
         Err(e) => (e.status(), write_error(http, e).await),
     };

@@ -42,6 +42,12 @@ impl Caller {
 pub enum Reply {
     Json(u16, Value),
     NoContent,
+    /// A whole body that is not JSON (the log's checkpoint note, its tiles), with its headers
+    /// (`content-type` first).
+    Bytes {
+        headers: Vec<(&'static str, String)>,
+        body: Vec<u8>,
+    },
     /// A body produced piece by piece (exports), so large answers never sit in memory whole.
     Stream {
         headers: Vec<(&'static str, String)>,

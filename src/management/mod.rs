@@ -16,6 +16,7 @@ mod fields;
 mod handler;
 mod keys;
 mod listener;
+mod log;
 mod members;
 mod nul;
 mod openapi;

@@ -10,7 +10,7 @@ use utoipa::OpenApi;
 use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
-    analytics, billing, budget_requests, budgets, compliance, keys, members, policies, prompts, providers, receipts,
+    analytics, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts, providers, receipts,
     status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
@@ -86,6 +86,12 @@ use crate::error::ErrorEnvelope;
         webhooks::list,
         webhooks::delete,
         billing::checkout,
+        log::checkpoint,
+        log::checkpoints,
+        log::verifier_keys,
+        log::inclusion,
+        log::consistency,
+        log::tile,
     ),
     components(schemas(ErrorEnvelope)),
     tags(
@@ -102,6 +108,7 @@ use crate::error::ErrorEnvelope;
         (name = "tool-servers", description = "MCP tool servers behind the gateway's /mcp/{server}; header values are write-only"),
         (name = "webhooks", description = "Endpoints that receive signed events (Standard Webhooks)"),
         (name = "billing", description = "Plan upgrades through a Stripe Checkout Session"),
+        (name = "log", description = "The tenant log: signed checkpoints, inclusion and consistency proofs, C2SP tiles"),
     ),
     modifiers(&SharedParts),
     security(("bearer" = [])),

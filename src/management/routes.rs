@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use super::handler::{Caller, Handled, Req};
 use super::{
-    analytics, billing, budget_requests, budgets, compliance, keys, members, openapi, policies, prompts, providers,
+    analytics, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies, prompts, providers,
     receipts, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
@@ -38,12 +38,15 @@ pub(super) enum Serve {
 }
 
 /// One method on one path template, and its handler. `{name}` matches one path segment
-/// (percent-decoded).
+/// (percent-decoded); on a route made with [`rest`], the last `{name}` matches one or more
+/// (the log's tile paths, `tile/0/x001/234.p/5`), and the handler reads them from the request.
 #[derive(Clone, Copy)]
 pub struct Route {
     pub method: &'static str,
     pub path: &'static str,
     pub(super) serve: Serve,
+    /// The last `{name}` matches every remaining segment.
+    pub rest: bool,
 }
 
 /// A route is known by its method and path (the table holds each pair once).
@@ -62,7 +65,12 @@ impl fmt::Debug for Route {
 }
 
 const fn r(method: &'static str, path: &'static str, serve: Serve) -> Route {
-    Route { method, path, serve }
+    Route { method, path, serve, rest: false }
+}
+
+/// A route whose last `{name}` takes the rest of the path.
+const fn rest(method: &'static str, path: &'static str, serve: Serve) -> Route {
+    Route { method, path, serve, rest: true }
 }
 
 /// Every route of the management listener. Paths without `/v1` answer without a key.
@@ -180,6 +188,12 @@ pub const ROUTES: &[Route] = &[
     r("POST", "/v1/webhook-endpoints", Keyed(|c| Box::pin(webhooks::create(c.app, c.caller, c.req)))),
     r("DELETE", "/v1/webhook-endpoints/{id}", Keyed(|c| Box::pin(webhooks::delete(c.app, c.caller, c.params[0])))),
     r("POST", "/v1/billing/checkout", Keyed(|c| Box::pin(billing::checkout(c.app, c.caller, c.req)))),
+    r("GET", "/v1/log/checkpoint", Keyed(|c| Box::pin(log::checkpoint(c.app, c.caller)))),
+    r("GET", "/v1/log/checkpoints", Keyed(|c| Box::pin(log::checkpoints(c.app, c.caller, c.req)))),
+    r("GET", "/v1/log/verifier-keys", Keyed(|c| Box::pin(log::verifier_keys(c.app, c.caller)))),
+    r("GET", "/v1/log/inclusion", Keyed(|c| Box::pin(log::inclusion(c.app, c.caller, c.req)))),
+    r("GET", "/v1/log/consistency", Keyed(|c| Box::pin(log::consistency(c.app, c.caller, c.req)))),
+    rest("GET", "/v1/log/tile/{tilePath}", Keyed(|c| Box::pin(log::tile(c.app, c.caller, c.req)))),
 ];
 
 /// The outcome of looking a request up.
@@ -192,10 +206,11 @@ pub enum Found<'a> {
     NotFound,
 }
 
-/// How many literal segments `template` has when it matches `segments`, else None.
-fn literals(template: &str, segments: &[&str]) -> Option<usize> {
-    let parts: Vec<&str> = template.trim_start_matches('/').split('/').collect();
-    if parts.len() != segments.len() {
+/// How many literal segments `route`'s template has when it matches `segments`, else None.
+fn literals(route: &Route, segments: &[&str]) -> Option<usize> {
+    let parts: Vec<&str> = route.path.trim_start_matches('/').split('/').collect();
+    let fits = if route.rest { segments.len() >= parts.len() } else { segments.len() == parts.len() };
+    if !fits {
         return None;
     }
     let mut n = 0;
@@ -215,7 +230,7 @@ fn literals(template: &str, segments: &[&str]) -> Option<usize> {
 /// (`/v1/receipts/export` over `/v1/receipts/{id}`), whatever the method; only then is the
 /// method checked, so `PATCH /v1/budgets/requests` is 405, not a budget called `requests`.
 pub fn find<'a>(method: &str, segments: &[&'a str]) -> Found<'a> {
-    let best = ROUTES.iter().filter_map(|r| literals(r.path, segments).map(|n| (n, r.path))).max_by_key(|(n, _)| *n);
+    let best = ROUTES.iter().filter_map(|r| literals(r, segments).map(|n| (n, r.path))).max_by_key(|(n, _)| *n);
     let Some((_, path)) = best else { return Found::NotFound };
     let Some(route) = ROUTES.iter().find(|r| r.path == path && r.method == method) else {
         return Found::MethodNotAllowed;

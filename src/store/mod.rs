@@ -14,6 +14,7 @@
 pub mod analytics;
 pub mod budget_requests;
 pub mod budgets;
+pub mod checkpoints;
 mod error;
 pub mod journal;
 pub mod keys;

@@ -1,0 +1,90 @@
+//! Published checkpoints of the tenant log (`log_checkpoints`) and the install id that names
+//! the log's default origin (`log_install`).
+
+use sqlx::Row;
+
+use super::{Store, StoreError};
+
+/// A checkpoint as published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRow {
+    pub size: u64,
+    /// Hex.
+    pub root: String,
+    /// The signed note: body and the log's signature line.
+    pub note: String,
+    pub key_id: String,
+    pub created_at: String,
+}
+
+/// This database's install id, made by the first process that asks (several processes on one
+/// PostgreSQL database read the same one).
+pub async fn install_id(store: &Store) -> Result<String, StoreError> {
+    let fresh = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    store
+        .run(move |pool, _| async move {
+            sqlx::query("INSERT INTO log_install (one, install_id) VALUES (1, $1) ON CONFLICT (one) DO NOTHING")
+                .bind(fresh)
+                .execute(&pool)
+                .await?;
+            let row = sqlx::query("SELECT install_id FROM log_install WHERE one = 1").fetch_one(&pool).await?;
+            Ok(row.try_get::<String, _>(0)?)
+        })
+        .await
+}
+
+/// Stores `c` unless a checkpoint of that size is stored already (another process published
+/// it first), and returns the one stored.
+pub async fn publish(store: &Store, tenant: &str, c: CheckpointRow) -> Result<CheckpointRow, StoreError> {
+    let t = tenant.to_string();
+    store
+        .run(move |pool, _| async move {
+            sqlx::query(
+                "INSERT INTO log_checkpoints (tenant_id, size, root, note, key_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, size) DO NOTHING",
+            )
+            .bind(t.clone())
+            .bind(c.size as i64)
+            .bind(c.root)
+            .bind(c.note)
+            .bind(c.key_id)
+            .bind(c.created_at)
+            .execute(&pool)
+            .await?;
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE tenant_id = $1 AND size = $2")))
+                .bind(t)
+                .bind(c.size as i64)
+                .fetch_one(&pool)
+                .await?;
+            Ok(from_row(&row)?)
+        })
+        .await
+}
+
+const SELECT: &str = "SELECT size, root, note, key_id, created_at FROM log_checkpoints";
+
+fn from_row(r: &sqlx::any::AnyRow) -> Result<CheckpointRow, sqlx::Error> {
+    Ok(CheckpointRow {
+        size: r.try_get::<i64, _>(0)?.max(0) as u64,
+        root: r.try_get(1)?,
+        note: r.try_get(2)?,
+        key_id: r.try_get(3)?,
+        created_at: r.try_get(4)?,
+    })
+}
+
+/// The newest checkpoints of `tenant` first, those smaller than `below` (a cursor) when given.
+pub async fn page(store: &Store, tenant: &str, below: Option<u64>, limit: i64) -> Result<Vec<CheckpointRow>, StoreError> {
+    let t = tenant.to_string();
+    store
+        .run(move |pool, _| async move {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE tenant_id = $1 AND size < $2 ORDER BY size DESC LIMIT $3")))
+                .bind(t)
+                .bind(below.map_or(i64::MAX, |b| b as i64))
+                .bind(limit)
+                .fetch_all(&pool)
+                .await?;
+            rows.iter().map(from_row).collect::<Result<Vec<_>, _>>().map_err(StoreError::from)
+        })
+        .await
+}

@@ -1,0 +1,12 @@
+//! The tenant log (docs/log.md): every receipt of a tenant, in `seq` order, as the leaves of one
+//! RFC 9162 Merkle tree whose interior hashes are stored as C2SP tiles while the receipts are
+//! written (`store::tiles`). Here: reading the tree at any size ([`tree`]: roots, inclusion and
+//! consistency proofs, tiles), signed checkpoints ([`checkpoint`]) and the tile paths of the
+//! C2SP tlog-tiles read API ([`tile_path`]).
+
+pub mod checkpoint;
+pub mod tile_path;
+pub mod tree;
+
+#[cfg(test)]
+mod tests;
