@@ -23,7 +23,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("services", &["gateway", "management", "balance", "notices", "app"]),
     (
         "domain",
-        &["snapshot", "checks", "providers", "receipts", "compliance", "tool_servers", "prompts", "webhooks", "keys"],
+        &[
+            "snapshot",
+            "checks",
+            "providers",
+            "receipts",
+            "compliance",
+            "tenant_log",
+            "tool_servers",
+            "prompts",
+            "webhooks",
+            "keys",
+        ],
     ),
     ("platform", &["store", "config", "metrics", "telemetry", "upstream", "error", "secrets", "process"]),
 ];

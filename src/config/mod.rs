@@ -6,8 +6,8 @@
 
 mod env;
 mod load;
-pub mod tenant_log;
 pub mod otlp;
+pub mod tenant_log;
 pub mod tool_server;
 mod types;
 mod validate;

@@ -137,7 +137,9 @@ pub async fn inclusion(app: &App, caller: &Caller, req: &Req) -> Handled {
     let seq = number(req, "seq", 1, u64::MAX)?.ok_or_else(|| ApiError::invalid("query `seq` is required"))?;
     let size = number(req, "size", 1, u64::MAX)?.unwrap_or(current);
     if seq > size || size > current {
-        return Err(ApiError::invalid(format!("need seq <= size <= {current} (the log's size); got seq {seq}, size {size}")));
+        return Err(ApiError::invalid(format!(
+            "need seq <= size <= {current} (the log's size); got seq {seq}, size {size}"
+        )));
     }
     let p = tree::inclusion(&app.store, tenant, size, seq - 1).await?;
     let body = LogInclusion {
@@ -188,7 +190,9 @@ pub async fn consistency(app: &App, caller: &Caller, req: &Req) -> Handled {
     let from = number(req, "from", 0, u64::MAX)?.ok_or_else(|| required("from"))?;
     let to = number(req, "to", 0, u64::MAX)?.ok_or_else(|| required("to"))?;
     if from > to || to > current {
-        return Err(ApiError::invalid(format!("need from <= to <= {current} (the log's size); got from {from}, to {to}")));
+        return Err(ApiError::invalid(format!(
+            "need from <= to <= {current} (the log's size); got from {from}, to {to}"
+        )));
     }
     let p = tree::consistency(&app.store, tenant, from, to).await?;
     let body = LogConsistency {

@@ -10,8 +10,8 @@ use utoipa::OpenApi;
 use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
-    analytics, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts, providers, receipts,
-    status, teams, tool_servers, webhooks,
+    analytics, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts, providers,
+    receipts, status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
 

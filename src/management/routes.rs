@@ -10,8 +10,8 @@ use std::pin::Pin;
 
 use super::handler::{Caller, Handled, Req};
 use super::{
-    analytics, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies, prompts, providers,
-    receipts, status, teams, tool_servers, webhooks,
+    analytics, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies, prompts,
+    providers, receipts, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
 use Serve::{Keyed, Public};

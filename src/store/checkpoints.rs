@@ -74,16 +74,23 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<CheckpointRow, sqlx::Error> {
 }
 
 /// The newest checkpoints of `tenant` first, those smaller than `below` (a cursor) when given.
-pub async fn page(store: &Store, tenant: &str, below: Option<u64>, limit: i64) -> Result<Vec<CheckpointRow>, StoreError> {
+pub async fn page(
+    store: &Store,
+    tenant: &str,
+    below: Option<u64>,
+    limit: i64,
+) -> Result<Vec<CheckpointRow>, StoreError> {
     let t = tenant.to_string();
     store
         .run(move |pool, _| async move {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE tenant_id = $1 AND size < $2 ORDER BY size DESC LIMIT $3")))
-                .bind(t)
-                .bind(below.map_or(i64::MAX, |b| b as i64))
-                .bind(limit)
-                .fetch_all(&pool)
-                .await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{SELECT} WHERE tenant_id = $1 AND size < $2 ORDER BY size DESC LIMIT $3"
+            )))
+            .bind(t)
+            .bind(below.map_or(i64::MAX, |b| b as i64))
+            .bind(limit)
+            .fetch_all(&pool)
+            .await?;
             rows.iter().map(from_row).collect::<Result<Vec<_>, _>>().map_err(StoreError::from)
         })
         .await

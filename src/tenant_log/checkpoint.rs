@@ -72,10 +72,7 @@ pub fn verifier_key(name: &str, public: &[u8; 32]) -> String {
 
 /// The verifier key of every key in the registry, for the tenant's origin: `(keyId, key)`.
 pub fn verifier_keys(name: &str, registry: &[RegisteredKey]) -> Vec<(String, String)> {
-    registry
-        .iter()
-        .filter_map(|k| Some((k.key_id.clone(), verifier_key(name, &signer::public_bytes(k)?))))
-        .collect()
+    registry.iter().filter_map(|k| Some((k.key_id.clone(), verifier_key(name, &signer::public_bytes(k)?)))).collect()
 }
 
 /// The checkpoint at the tenant's current size, published (signed and stored) when the log

@@ -10,7 +10,19 @@ fn tile_paths_as_c2sp_writes_them() {
     assert_eq!(p("1/000.p/5"), Some(TilePath { level: Some(1), index: 0, width: 5 }));
     assert_eq!(p("entries/x001/000"), Some(TilePath { level: None, index: 1000, width: 256 }));
     assert_eq!(p("entries/042.p/255"), Some(TilePath { level: None, index: 42, width: 255 }));
-    for bad in ["0/1", "0/0001", "0/x000/001", "0/001.p/0", "0/001.p/256", "0/001.p/07", "8/000", "x/000", "0", "0/01x", "0/x01/000"] {
+    for bad in [
+        "0/1",
+        "0/0001",
+        "0/x000/001",
+        "0/001.p/0",
+        "0/001.p/256",
+        "0/001.p/07",
+        "8/000",
+        "x/000",
+        "0",
+        "0/01x",
+        "0/x01/000",
+    ] {
         assert_eq!(p(bad), None, "{bad}");
     }
     for t in [
@@ -64,7 +76,8 @@ mod proofs {
     /// `testonly/constants.go` (`LeafInputs`): the crate's consistency proofs are RFC 9162's.
     #[test]
     fn published_consistency_proofs() {
-        let inputs = ["", "00", "10", "2021", "3031", "40414243", "5051525354555657", "606162636465666768696a6b6c6d6e6f"];
+        let inputs =
+            ["", "00", "10", "2021", "3031", "40414243", "5051525354555657", "606162636465666768696a6b6c6d6e6f"];
         let leaves: Vec<Vec<u8>> = inputs.iter().map(|s| hex::decode(s).unwrap()).collect();
         let m = memory_log(&leaves);
         let vectors: [(u64, u64, &[&str]); 4] = [

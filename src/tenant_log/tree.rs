@@ -117,10 +117,9 @@ pub async fn root(store: &Store, tenant: &str, size: u64) -> Result<[u8; 32], Ap
 pub async fn inclusion(store: &Store, tenant: &str, size: u64, index: u64) -> Result<Proof, ApiError> {
     let leaf = tiles::leaves(store, tenant, index, index + 1).await?;
     let leaf = record_hash(leaf.first().ok_or_else(|| ApiError::internal("the log's leaf is missing"))?);
-    let (root, path) = with_hashes(store, tenant, size, |r| {
-        Ok((tlog::tree_hash(size, r)?, tlog::prove_record(size, index, r)?))
-    })
-    .await?;
+    let (root, path) =
+        with_hashes(store, tenant, size, |r| Ok((tlog::tree_hash(size, r)?, tlog::prove_record(size, index, r)?)))
+            .await?;
     Ok(Proof { from_root: leaf.0, to_root: root.0, path: path.into_iter().map(|h| h.0).collect() })
 }
 
