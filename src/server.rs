@@ -55,6 +55,10 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let rt = store::db_runtime();
     let store = rt.block_on(Store::connect(&cfg.database_url()))?;
     rt.block_on(store.migrate())?;
+    let built = rt.block_on(store::tiles::backfill(&store))?;
+    if built > 0 {
+        log::info!("built {built} log tiles of receipts written before them (docs/log.md)");
+    }
     rt.block_on(bootstrap_first_tenant(&store))?;
     let master =
         Arc::new(MasterKey::load(std::env::var("TOLLGATE_MASTER_KEY").ok().as_deref(), &cfg.master_key_path())?);

@@ -181,12 +181,7 @@ impl Store {
             };
             m.run(&pool).await.map_err(StoreError::from)
         })
-        .await?;
-        let built = tiles::backfill(self).await?;
-        if built > 0 {
-            log::info!("built {built} log tiles of receipts written before them");
-        }
-        Ok(())
+        .await
     }
 
     /// Runs database work on the database runtime and awaits its result from any runtime.

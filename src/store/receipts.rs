@@ -265,7 +265,7 @@ where
         }
         let records = seal.seal(heads);
         tx.insert_receipts(&records).await?;
-        super::tiles::grow_sqlx(&mut tx.tx, &records).await?;
+        super::tiles::grow_sqlx(&mut tx.tx, growths(&records)).await?;
         tx.insert_events(&records).await?;
         tx.enqueue_outbox(&records).await?;
         tx.apply_spend(&records, rules).await?;
@@ -392,6 +392,20 @@ where
 /// tenant's in chain order): its new head.
 pub fn batch_ends(records: &[Record]) -> impl Iterator<Item = &Record> {
     records.chunk_by(|a, b| a.tenant_id() == b.tenant_id()).filter_map(<[Record]>::last)
+}
+
+/// Each tenant's log growth in `records` (a tenant's records in chain order, tenants possibly
+/// interleaved): the tiles they complete are written beside them (`store::tiles`).
+fn growths<R: std::borrow::Borrow<Record>>(records: &[R]) -> Vec<super::tiles::Growth> {
+    let mut out: Vec<super::tiles::Growth> = Vec::new();
+    for r in records.iter().map(std::borrow::Borrow::borrow) {
+        let leaf = super::tiles::leaf_data(r.this_hash());
+        match out.iter_mut().find(|g| &*g.tenant == r.tenant_id()) {
+            Some(g) => g.leaves.push(leaf),
+            None => out.push(super::tiles::Growth { tenant: r.head().0, old: r.seq() - 1, leaves: vec![leaf] }),
+        }
+    }
+    out
 }
 
 /// Each tenant's newest record among any records (a tenant's records are in chain order): its
@@ -652,7 +666,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         let mut st = tx.prepare_cached(&sql).map_err(sqlite_err)?;
         st.execute(rusqlite::params_from_iter(chunk.iter().flat_map(|r| r.borrow().row.iter()))).map_err(sqlite_err)?;
     }
-    super::tiles::grow_sqlite(tx, records).map_err(sqlite_err)?;
+    super::tiles::grow_sqlite(tx, growths(records)).map_err(sqlite_err)?;
     let mut spend = Deltas::default();
     for r in records.iter().map(std::borrow::Borrow::borrow) {
         for e in &r.events {

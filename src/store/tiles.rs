@@ -18,7 +18,6 @@ use sqlx::Row;
 use tlog_tiles::tile::Tile;
 use tlog_tiles::tlog::{record_hash, Hash};
 
-use super::receipts::Record;
 use super::{Store, StoreError};
 
 /// Hashes per full tile (tile height 8).
@@ -108,18 +107,17 @@ pub fn build(old: u64, leaves: &[Bytes32], stored: &[Vec<Bytes32>]) -> Vec<TileR
     rows
 }
 
-/// Each tenant's growth in `records` (a tenant's records in chain order, tenants possibly
-/// interleaved): `(tenant, old size, new leaves' data)`.
-fn growths<R: std::borrow::Borrow<Record>>(records: &[R]) -> Vec<(Arc<str>, u64, Vec<Bytes32>)> {
-    let mut out: Vec<(Arc<str>, u64, Vec<Bytes32>)> = Vec::new();
-    for r in records.iter().map(std::borrow::Borrow::borrow) {
-        let leaf = leaf_data(r.this_hash());
-        match out.iter_mut().find(|g| &*g.0 == r.tenant_id()) {
-            Some(g) => g.2.push(leaf),
-            None => out.push((r.head().0, r.seq() - 1, vec![leaf])),
-        }
+/// One tenant's log growing in an append: from `old` leaves by the leaves' data, in order.
+pub struct Growth {
+    pub tenant: Arc<str>,
+    pub old: u64,
+    pub leaves: Vec<Bytes32>,
+}
+
+impl Growth {
+    fn completes_a_tile(&self) -> bool {
+        (self.old + self.leaves.len() as u64) / WIDTH > self.old / WIDTH
     }
-    out
 }
 
 /// A stored `this_hash` (64 hex digits) as leaf data. A malformed one (never written by the
@@ -145,9 +143,9 @@ const SELECT_LEAVES: &str =
 const SELECT_ROOTS: &str =
     "SELECT root FROM log_tiles WHERE tenant_id = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx";
 
-/// Writes the tiles `records` complete, in the caller's sqlx transaction (after the records'
+/// Writes the tiles the `growths` complete, in the caller's sqlx transaction (after their
 /// receipts are inserted).
-pub async fn grow_sqlx<DB>(tx: &mut sqlx::Transaction<'_, DB>, records: &[Record]) -> Result<(), sqlx::Error>
+pub async fn grow_sqlx<DB>(tx: &mut sqlx::Transaction<'_, DB>, growths: Vec<Growth>) -> Result<(), sqlx::Error>
 where
     DB: sqlx::Database,
     DB::Arguments: sqlx::IntoArguments<DB>,
@@ -157,10 +155,7 @@ where
     Vec<u8>: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    for (tenant, old, leaves) in growths(records) {
-        if (old + leaves.len() as u64) / WIDTH == old / WIDTH {
-            continue;
-        }
+    for Growth { tenant, old, leaves } in growths.into_iter().filter(Growth::completes_a_tile) {
         let plan = needs(old, old + leaves.len() as u64);
         let mut stored = Vec::with_capacity(plan.len());
         for need in &plan {
@@ -195,14 +190,8 @@ where
 }
 
 /// [`grow_sqlx`] on the receipt writer's rusqlite transaction.
-pub fn grow_sqlite<R: std::borrow::Borrow<Record>>(
-    tx: &rusqlite::Transaction<'_>,
-    records: &[R],
-) -> Result<(), rusqlite::Error> {
-    for (tenant, old, leaves) in growths(records) {
-        if (old + leaves.len() as u64) / WIDTH == old / WIDTH {
-            continue;
-        }
+pub fn grow_sqlite(tx: &rusqlite::Transaction<'_>, growths: Vec<Growth>) -> Result<(), rusqlite::Error> {
+    for Growth { tenant, old, leaves } in growths.into_iter().filter(Growth::completes_a_tile) {
         let plan = needs(old, old + leaves.len() as u64);
         let mut stored = Vec::with_capacity(plan.len());
         for need in &plan {
@@ -280,13 +269,14 @@ pub async fn roots(store: &Store, tenant: &str, level: u8, from: u64, to: u64) -
         .await
 }
 
-/// Builds the tiles of receipts written before the tiles existed (migration `0010_log`): for
-/// every tenant whose stored level-0 tiles cover fewer leaves than its head, the tiles from
-/// there on, in steps of 64 Ki leaves. Runs at start, after the migrations; idempotent.
+/// Builds the tiles of receipts written before the tiles existed (migration `0010_log`), and
+/// any a lost race left out: for every tenant, from the first leaf some level's stored tiles do
+/// not cover, in steps of 64 Ki leaves. Runs at start, after the migrations (`server`);
+/// idempotent (a tile already stored is left as it is).
 pub async fn backfill(store: &Store) -> Result<u64, StoreError> {
     let mut built = 0;
-    for (tenant, head) in super::receipts::chain_heads(store).await? {
-        let mut covered = stored_tiles(store, &tenant).await? * WIDTH;
+    for (tenant, head) in heads(store).await? {
+        let mut covered = covered(store, &tenant, head).await?;
         while covered + WIDTH <= head {
             let to = (covered + WIDTH * WIDTH).min(head);
             let new = leaves(store, &tenant, covered, to).await?;
@@ -297,47 +287,70 @@ pub async fn backfill(store: &Store) -> Result<u64, StoreError> {
                     l => roots(store, &tenant, l - 1, need.from, need.to).await?,
                 });
             }
-            let rows = build(covered, &new, &stored);
-            built += rows.len() as u64;
-            insert_rows(store, &tenant, rows).await?;
+            built += insert_rows(store, &tenant, build(covered, &new, &stored)).await?;
             covered = to / WIDTH * WIDTH;
         }
     }
     Ok(built)
 }
 
-/// How many level-0 tiles of `tenant` are stored (they are made in order, so also the index
-/// of the next one).
-async fn stored_tiles(store: &Store, tenant: &str) -> Result<u64, StoreError> {
-    let t = tenant.to_string();
+/// Every tenant's log size (its chain head's `seq`).
+async fn heads(store: &Store) -> Result<Vec<(String, u64)>, StoreError> {
+    store.settled().await?;
     store
-        .run(move |pool, _| async move {
-            let row = sqlx::query("SELECT COUNT(*) FROM log_tiles WHERE tenant_id = $1 AND level = 0")
-                .bind(t)
-                .fetch_one(&pool)
-                .await?;
-            Ok(row.get::<i64, _>(0).max(0) as u64)
+        .run(|pool, _| async move {
+            let rows = sqlx::query("SELECT tenant_id, seq FROM chain_heads").fetch_all(&pool).await?;
+            Ok(rows.iter().map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1).max(0) as u64)).collect())
         })
         .await
 }
 
-async fn insert_rows(store: &Store, tenant: &str, rows: Vec<TileRow>) -> Result<(), StoreError> {
+/// How many leaves every level's stored tiles cover (tiles are made in order), the least of
+/// them over the levels a log of `head` leaves has full tiles at.
+async fn covered(store: &Store, tenant: &str, head: u64) -> Result<u64, StoreError> {
+    let t = tenant.to_string();
+    let counts: Vec<(u64, u64)> = store
+        .run(move |pool, _| async move {
+            let rows = sqlx::query("SELECT level, COUNT(*) FROM log_tiles WHERE tenant_id = $1 GROUP BY level")
+                .bind(t)
+                .fetch_all(&pool)
+                .await?;
+            Ok(rows.iter().map(|r| (r.get::<i64, _>(0).max(0) as u64, r.get::<i64, _>(1).max(0) as u64)).collect())
+        })
+        .await?;
+    let mut least = head;
+    let mut span = WIDTH; // leaves under one tile of the level
+    for level in 0u64.. {
+        if span > head {
+            break;
+        }
+        let count = counts.iter().find(|(l, _)| *l == level).map_or(0, |(_, c)| *c);
+        least = least.min(count.saturating_mul(span));
+        span = span.saturating_mul(WIDTH);
+    }
+    Ok(least / WIDTH * WIDTH)
+}
+
+/// Inserts tile rows (those already stored are left); returns how many were new.
+async fn insert_rows(store: &Store, tenant: &str, rows: Vec<TileRow>) -> Result<u64, StoreError> {
     let t = tenant.to_string();
     store
         .run(move |pool, _| async move {
             let mut tx = pool.begin().await?;
+            let mut new = 0;
             for r in rows {
-                sqlx::query(INSERT_TILE)
+                new += sqlx::query(INSERT_TILE)
                     .bind(t.clone())
                     .bind(i64::from(r.level))
                     .bind(r.index as i64)
                     .bind(r.hashes)
                     .bind(r.root.to_vec())
                     .execute(&mut *tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
             }
             tx.commit().await?;
-            Ok(())
+            Ok(new)
         })
         .await
 }
