@@ -58,6 +58,11 @@ pub(super) enum Command {
         #[command(subcommand)]
         command: SigningKeyCommand,
     },
+    /// The tenant log (docs/log.md).
+    Log {
+        #[command(subcommand)]
+        command: LogCommand,
+    },
     /// A round-robin front for several gateway instances on this machine (a local cluster,
     /// scripts/cluster). Answers name the instance in `x-tollgate-upstream`.
     Balance {
@@ -67,6 +72,29 @@ pub(super) enum Command {
         /// The instances' gateway addresses, comma-separated (HOST:PORT,HOST:PORT,...).
         #[arg(long, value_delimiter = ',', required = true)]
         upstream: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum LogCommand {
+    /// Audit a tenant's log as an outsider (docs/log.md §9): fetch the checkpoint, check its
+    /// signature, prove it consistent with the checkpoint saved in --state, check every new
+    /// leaf's entry against the tile hashes, save the new checkpoint. Exit 0 when all holds;
+    /// 1 on a bad signature, a shrunk, forked or rewritten log, or a leaf that does not match.
+    Audit {
+        /// The management API's base URL, e.g. http://127.0.0.1:8081.
+        #[arg(long)]
+        url: String,
+        /// A key of the tenant (an auditor key is enough).
+        #[arg(long, env = "TOLLGATE_AUDIT_KEY", hide_env_values = true)]
+        key: String,
+        /// Where the last checkpoint seen and the trusted verifier keys are kept.
+        #[arg(long)]
+        state: PathBuf,
+        /// A trusted verifier key (signed-note form, `<name>+<hash>+<base64>`), repeatable.
+        /// Without it: the keys saved in --state, else the log's own, trusted on first use.
+        #[arg(long = "verifier-key")]
+        verifier_keys: Vec<String>,
     },
 }
 

@@ -1,8 +1,9 @@
 //! The command line: serve | migrate | tenant create | key create | check-config | verify |
-//! signing-key rotate | balance. One file per command; `args` holds what clap parses.
+//! signing-key rotate | log audit | balance. One file per command; `args` holds what clap parses.
 
 mod args;
 mod check_config;
+mod log_audit;
 mod serve;
 mod setup;
 mod signing_key;
@@ -12,7 +13,7 @@ mod verify;
 use std::process::ExitCode;
 
 pub use args::Cli;
-use args::{Command, KeyCommand, SigningKeyCommand, TenantCommand};
+use args::{Command, KeyCommand, LogCommand, SigningKeyCommand, TenantCommand};
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
@@ -26,6 +27,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::SigningKey { command: SigningKeyCommand::Rotate(arg) } => signing_key::rotate(&arg),
         Command::Verify { bundle, keys } => verify::verify_bundle(&bundle, &keys),
+        Command::Log { command: LogCommand::Audit { url, key, state, verifier_keys } } => {
+            log_audit::audit(&url, &key, &state, &verifier_keys)
+        }
         Command::Balance { listen, upstream } => match crate::balance::run(&listen, &upstream) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => setup::fail(e),

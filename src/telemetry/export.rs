@@ -1,7 +1,6 @@
 //! The OTLP/HTTP exporter: its HTTP client, and a log line when exports start or stop failing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -26,34 +25,8 @@ pub(super) fn exporter(url: &str, shown: String) -> Result<Logged, String> {
     Ok(Logged { inner, shown, failing: AtomicBool::new(false) })
 }
 
-/// reqwest's blocking client (it runs its own small runtime thread, so the batch processor's
-/// plain thread can drive it), with TLS on rustls and ring and the system's trust store.
-/// Built on a thread of its own: reqwest refuses to build or drop a blocking client inside an
-/// async runtime, and callers of [`super::Tracing::from_config`] may be in one.
 fn http_client(https: bool) -> Result<reqwest::blocking::Client, String> {
-    std::thread::spawn(move || {
-        let tls = tls_config(https).map_err(|e| format!("TLS for the OTLP exporter: {e}"))?;
-        reqwest::blocking::Client::builder()
-            .timeout(EXPORT_TIMEOUT)
-            .tls_backend_preconfigured(tls)
-            .build()
-            .map_err(|e| format!("HTTP client for the OTLP exporter: {e}"))
-    })
-    .join()
-    .map_err(|_| "building the OTLP exporter's HTTP client panicked".to_string())?
-}
-
-/// reqwest needs a TLS setup even for plain HTTP; the system's roots are read (and their
-/// absence is an error at start) only for an `https` endpoint. They honour `SSL_CERT_FILE`.
-fn tls_config(https: bool) -> Result<rustls::ClientConfig, rustls::Error> {
-    use rustls_platform_verifier::BuilderVerifierExt;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
-    let builder = match https {
-        true => builder.with_platform_verifier()?,
-        false => builder.with_root_certificates(rustls::RootCertStore::empty()),
-    };
-    Ok(builder.with_no_client_auth())
+    crate::upstream::blocking_client(EXPORT_TIMEOUT, https).map_err(|e| format!("the OTLP exporter's {e}"))
 }
 
 /// The OTLP exporter, logging when exports begin to fail and when they recover (not every

@@ -4,6 +4,7 @@
 //! consistency proofs, tiles), signed checkpoints ([`checkpoint`]) and the tile paths of the
 //! C2SP tlog-tiles read API ([`tile_path`]).
 
+pub mod audit;
 pub mod checkpoint;
 pub mod tile_path;
 pub mod tree;
