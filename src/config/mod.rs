@@ -3,6 +3,8 @@
 //!
 //! Validation happens while deserializing (newtypes that parse themselves, `deny_unknown_fields`),
 //! so every error carries the file, line, column and dotted field path of the offending value.
+//! Config names no provider: which names `providers:` and `routes:` may use, and their defaults,
+//! come from the [`Vocabulary`] the providers layer passes in (`vocabulary.rs`).
 
 mod env;
 mod load;
