@@ -38,7 +38,7 @@ cache: {mode: exact, ttlSeconds: 600}
 "#;
 
 fn snapshot() -> Arc<Snapshot> {
-    let cfg = Arc::new(Config::default());
+    let cfg = Arc::new(Config::defaults(&tollgate::providers::VOCABULARY));
     let pricing = Arc::new(Pricing::from_config(&cfg).unwrap());
     let doc = validate::parse_api(POLICY).unwrap();
     let compiled = Arc::new(CompiledPolicy::compile("bench", POLICY, doc).unwrap());

@@ -17,9 +17,10 @@ use crate::checks::budget::BudgetBook;
 use crate::checks::policy::files::PolicyFiles;
 use crate::checks::policy::{validate, CompiledPolicy, TenantPolicy};
 use crate::compliance::pack::{self, Pack, PackSet, Source};
-use crate::config::{Config, ProviderName};
+use crate::config::{Config, Glob};
 use crate::providers::pricing::Pricing;
 use crate::providers::ProviderCred;
+use crate::providers::ProviderName;
 use crate::secrets::at_rest::MasterKey;
 use crate::secrets::Secret;
 use crate::store::{self, keys::KeyRecord, Store, StoreError};
@@ -74,6 +75,8 @@ pub struct Snapshot {
     tenant_names: HashMap<String, String>,
     no_policy: Arc<TenantPolicy>,
     pub config: Arc<Config>,
+    /// `config.routes` with each provider key resolved to its provider, once for the config.
+    routes: Arc<[(Glob, ProviderName)]>,
     pub pricing: Arc<Pricing>,
     /// Which limits apply to which key, team and tenant.
     pub budgets: Arc<BudgetBook>,
@@ -107,7 +110,7 @@ impl Snapshot {
 
     /// The provider the routing table picks for `model` (first match wins).
     pub fn route(&self, model: &str) -> Option<ProviderName> {
-        self.config.routes.iter().find(|r| r.model.matches(model)).map(|r| r.provider)
+        self.routes.iter().find(|(glob, _)| glob.matches(model)).map(|(_, p)| *p)
     }
 
     /// The tenant's merged policies (an empty policy when it has none).
@@ -160,6 +163,7 @@ impl Snapshot {
             api_policies: HashMap::new(),
             tenant_names: HashMap::new(),
             no_policy: Arc::new(TenantPolicy::empty()),
+            routes: resolve_routes(&config),
             config,
             pricing,
             budgets: Arc::new(BudgetBook::default()),
@@ -257,6 +261,7 @@ impl SnapshotHandle {
             tenant_names,
             no_policy: old.no_policy.clone(),
             config: old.config.clone(),
+            routes: old.routes.clone(),
             pricing: old.pricing.clone(),
             budgets,
             teams,
@@ -266,6 +271,20 @@ impl SnapshotHandle {
         self.current.store(Arc::new(next));
         Ok(())
     }
+}
+
+/// The routing table with its providers resolved. Config read each key against the providers'
+/// vocabulary, whose names are `ProviderName`'s, so none is dropped unless the config was read
+/// against another vocabulary.
+fn resolve_routes(config: &Config) -> Arc<[(Glob, ProviderName)]> {
+    let mut routes = Vec::with_capacity(config.routes.len());
+    for r in &config.routes {
+        match ProviderName::parse(r.provider.as_str()) {
+            Some(p) => routes.push((r.model.clone(), p)),
+            None => log::error!("route `{}` names no known provider `{}`: left out", r.model.as_str(), r.provider),
+        }
+    }
+    routes.into()
 }
 
 /// The active keys by digest; a key's counters carry over from the snapshot before.
@@ -393,6 +412,24 @@ mod tests {
 
     const GUARDED: &str = "guardrails:\n  applyTo: [request]\n  pii: {email: redact}\n";
 
+    /// The routing table is resolved to providers when the snapshot is built, first match
+    /// winning as in config's order.
+    #[test]
+    fn routes_resolve_to_providers_in_order() {
+        let yaml = "routes:\n  - { model: \"claude-x*\", provider: bedrock }\n  - { model: \"claude-*\", provider: anthropic }\n";
+        let config = Arc::new(Config::parse(yaml, "t.yaml", &crate::providers::VOCABULARY).unwrap());
+        let pricing = Arc::new(Pricing::from_config(&config).unwrap());
+        let snap = Snapshot::empty(config, pricing);
+        assert_eq!(snap.route("claude-xl"), Some(ProviderName::Bedrock));
+        assert_eq!(snap.route("claude-3"), Some(ProviderName::Anthropic));
+        assert_eq!(snap.route("gpt-4o"), None, "a file's routes replace the default ones");
+        let defaults = Arc::new(Config::defaults(&crate::providers::VOCABULARY));
+        let snap = Snapshot::empty(defaults.clone(), Arc::new(Pricing::from_config(&defaults).unwrap()));
+        assert_eq!(snap.route("gpt-4o"), Some(ProviderName::OpenAi));
+        assert_eq!(snap.route("vertex/gemini-2.0-flash"), Some(ProviderName::Vertex));
+        assert_eq!(snap.route("mistral-large"), None);
+    }
+
     /// A refresh that finds the same policies keeps the merged policy (and its compiled
     /// guardrails) as it was; a changed policy is merged anew.
     #[test]
@@ -403,7 +440,7 @@ mod tests {
             let input = |yaml: &str| PolicyInput { name: "p".into(), enabled: true, yaml: yaml.into() };
             let p = store::policies::insert(&store, &tenant.id, input(GUARDED)).await.unwrap();
 
-            let mut config = Config::default();
+            let mut config = Config::defaults(&crate::providers::VOCABULARY);
             config.policies.dir = dir.join("no-policy-files");
             let config = Arc::new(config);
             let pricing = Arc::new(Pricing::from_config(&config).unwrap());

@@ -70,7 +70,7 @@ pub(crate) mod fixtures {
     use crate::snapshot::Snapshot;
 
     pub fn snapshot(yaml: &str) -> Snapshot {
-        let cfg = Arc::new(Config::default());
+        let cfg = Arc::new(Config::defaults(&crate::providers::VOCABULARY));
         let pricing = Arc::new(Pricing::from_config(&cfg).unwrap());
         let doc = validate::parse_api(yaml).unwrap();
         let compiled = Arc::new(CompiledPolicy::compile("test", yaml, doc).unwrap());

@@ -12,7 +12,7 @@ pub(super) fn fail(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 pub(super) fn load(arg: &ConfigArg) -> Result<Config, ExitCode> {
-    Config::load(arg.config.as_deref()).map_err(fail)
+    Config::load(arg.config.as_deref(), &crate::providers::VOCABULARY).map_err(fail)
 }
 
 /// Opens the database and applies pending migrations (every CLI command that touches it does).

@@ -3,6 +3,8 @@
 //!
 //! Validation happens while deserializing (newtypes that parse themselves, `deny_unknown_fields`),
 //! so every error carries the file, line, column and dotted field path of the offending value.
+//! Config names no provider: which names `providers:` and `routes:` may use, and their defaults,
+//! come from the [`Vocabulary`] the providers layer passes in (`vocabulary.rs`).
 
 mod env;
 mod load;
@@ -11,38 +13,58 @@ pub mod tenant_log;
 pub mod tool_server;
 mod types;
 mod validate;
+mod vocabulary;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
-pub use types::{Glob, ListenAddr, ProviderName};
+pub use types::{Glob, ListenAddr};
+pub use vocabulary::{ProviderDefaults, ProviderKey, ProviderSpec, ProvidersSection, RouteRule, Vocabulary};
 
 /// The documented defaults, embedded so `tollgate serve` runs with no file at all.
 pub const DEFAULT_YAML: &str = include_str!("../../conf/tollgate.yaml");
 /// The shipped pricing table.
 pub const PRICING_YAML: &str = include_str!("../../conf/pricing.yaml");
 
+/// Every section takes its type's default when the file leaves it out, except `providers` and
+/// `routes`, whose defaults come from the providers' [`Vocabulary`] (see [`Config::parse`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
+    #[serde(default)]
     pub server: ServerSection,
+    #[serde(default)]
     pub listen: ListenSection,
+    #[serde(default)]
     pub storage: StorageSection,
+    #[serde(default)]
     pub limits: LimitsSection,
+    #[serde(default)]
     pub upstream: UpstreamSection,
+    #[serde(default = "vocabulary::scoped_sections")]
     pub providers: ProvidersSection,
+    #[serde(default = "vocabulary::scoped_routes")]
     pub routes: Vec<RouteRule>,
+    #[serde(default)]
     pub pricing: BTreeMap<String, Price>,
+    #[serde(default)]
     pub policies: PoliciesSection,
+    #[serde(default)]
     pub compliance: ComplianceSection,
+    #[serde(default)]
     pub receipts: ReceiptsSection,
+    #[serde(default)]
     pub telemetry: TelemetrySection,
     /// MCP tool servers listed in config, each for one tenant (beside those registered with
     /// `POST /v1/tool-servers`).
+    #[serde(default)]
     pub tool_servers: Vec<ToolServerConfig>,
+    #[serde(default)]
     pub webhooks: WebhooksSection,
+    #[serde(default)]
     pub billing: BillingSection,
+    #[serde(default)]
     pub cluster: ClusterSection,
     pub log: tenant_log::LogSection,
 }
@@ -312,30 +334,6 @@ pub struct UpstreamSection {
     pub ca_file: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProvidersSection {
-    pub openai: ProviderDefaults,
-    pub anthropic: ProviderDefaults,
-    pub bedrock: ProviderDefaults,
-    pub vertex: ProviderDefaults,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProviderDefaults {
-    pub base_url: String,
-    /// Anthropic's `anthropic-version` header when the client sends none.
-    pub version: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteRule {
-    pub model: Glob,
-    pub provider: ProviderName,
-}
-
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
@@ -423,29 +421,17 @@ impl Default for UpstreamSection {
         }
     }
 }
-impl Default for ProvidersSection {
-    fn default() -> Self {
-        let url = |u: &str| ProviderDefaults { base_url: u.into(), version: String::new() };
-        ProvidersSection {
-            openai: url("https://api.openai.com"),
-            anthropic: ProviderDefaults { base_url: "https://api.anthropic.com".into(), version: "2023-06-01".into() },
-            bedrock: ProviderDefaults::default(),
-            vertex: ProviderDefaults::default(),
-        }
-    }
-}
-impl Default for Config {
-    /// The same values as the embedded `conf/tollgate.yaml` (a unit test holds them equal).
-    fn default() -> Self {
-        let route = |m: &str, p| RouteRule { model: Glob::new(m), provider: p };
-        use ProviderName::{Anthropic, OpenAi};
+impl Config {
+    /// The same values as the embedded `conf/tollgate.yaml` (a unit test holds them equal):
+    /// every section's default, the providers' sections and routes from `vocab`.
+    pub fn defaults(vocab: &Vocabulary) -> Config {
         Config {
             server: ServerSection::default(),
             listen: ListenSection::default(),
             storage: StorageSection::default(),
             limits: LimitsSection::default(),
             upstream: UpstreamSection::default(),
-            providers: ProvidersSection::default(),
+            providers: vocab.default_sections(),
             compliance: ComplianceSection::default(),
             receipts: ReceiptsSection::default(),
             cluster: ClusterSection::default(),
@@ -453,22 +439,18 @@ impl Default for Config {
             telemetry: TelemetrySection::default(),
             webhooks: WebhooksSection::default(),
             billing: BillingSection::default(),
-            routes: vec![
-                route("gpt-*", OpenAi),
-                route("chatgpt-*", OpenAi),
-                route("o1*", OpenAi),
-                route("o3*", OpenAi),
-                route("o4*", OpenAi),
-                route("text-embedding-*", OpenAi),
-                route("omni-moderation-*", OpenAi),
-                route("claude-*", Anthropic),
-                route("bedrock/*", ProviderName::Bedrock),
-                route("vertex/*", ProviderName::Vertex),
-            ],
+            routes: vocab.default_routes(),
             pricing: BTreeMap::new(),
             policies: PoliciesSection::default(),
             tool_servers: Vec::new(),
         }
+    }
+
+    /// Parses a config file's text, reading provider names against `vocab` (an unknown one is
+    /// an error at its line and column, like any bad value).
+    pub fn parse<'a>(text: &str, origin: impl Into<Origin<'a>>, vocab: &Vocabulary) -> Result<Config, ConfigError> {
+        let _scope = vocabulary::Scope::enter(vocab);
+        parse_yaml(text, origin)
     }
 }
 
@@ -561,28 +543,34 @@ impl Config {
         }
     }
 
-    pub fn provider_defaults(&self, p: ProviderName) -> &ProviderDefaults {
-        match p {
-            ProviderName::OpenAi => &self.providers.openai,
-            ProviderName::Anthropic => &self.providers.anthropic,
-            ProviderName::Bedrock => &self.providers.bedrock,
-            ProviderName::Vertex => &self.providers.vertex,
-        }
+    /// `providers.<name>`; empty for a name the config does not know.
+    pub fn provider_defaults(&self, name: &str) -> &ProviderDefaults {
+        static NONE: ProviderDefaults = ProviderDefaults { base_url: String::new(), version: String::new() };
+        self.providers.0.get(name).unwrap_or(&NONE)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::VOCABULARY;
+
+    fn parse(text: &str, origin: impl Into<Origin<'static>>) -> Result<Config, ConfigError> {
+        Config::parse(text, origin, &VOCABULARY)
+    }
+
+    fn defaults() -> Config {
+        Config::defaults(&VOCABULARY)
+    }
 
     #[test]
     fn embedded_defaults_parse() {
-        let c: Config = parse_yaml(DEFAULT_YAML, "embedded").unwrap();
-        assert_eq!(c, Config::default(), "conf/tollgate.yaml and Config::default() must agree");
+        let c = parse(DEFAULT_YAML, "embedded").unwrap();
+        assert_eq!(c, defaults(), "conf/tollgate.yaml and Config::defaults() must agree");
         assert_eq!(c.listen.gateway.0.port(), 8080);
         assert_eq!(c.listen.management.0.port(), 8081);
         assert_eq!(c.listen.metrics.to_string(), "127.0.0.1:9090");
-        assert!(c.routes.iter().any(|r| r.provider == ProviderName::Anthropic));
+        assert!(c.routes.iter().any(|r| r.provider.as_str() == "anthropic"));
         let p: PricingFile = parse_yaml(PRICING_YAML, "pricing").unwrap();
         assert!(p.models.contains_key("gpt-4o-mini"));
     }
@@ -590,51 +578,51 @@ mod tests {
     #[test]
     fn errors_name_line_and_field() {
         let y = "listen:\n  gateway: \"nope\"\n";
-        let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
+        let e = parse(y, "t.yaml").unwrap_err().to_string();
         assert!(e.starts_with("t.yaml:2:"), "{e}");
         assert!(e.contains("listen.gateway"), "{e}");
 
         let y = "server:\n  threads: 2\n  colour: red\n";
-        let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
+        let e = parse(y, "t.yaml").unwrap_err().to_string();
         assert!(e.contains("t.yaml:3:") && e.contains("colour"), "{e}");
 
         let y = "routes:\n  - { model: \"x-*\", provider: mistral }\n";
-        let e = parse_yaml::<Config>(y, "t.yaml").unwrap_err().to_string();
+        let e = parse(y, "t.yaml").unwrap_err().to_string();
         assert!(e.contains("routes[0].provider") && e.contains("t.yaml:2:"), "{e}");
     }
 
     #[test]
     fn price_overrides_take_cache_columns_and_refuse_negative_ones() {
         let y = "pricing:\n  m: { input: 1.0, output: 2.0, cache_read: 0.1, cache_write: 1.25 }\n";
-        let c: Config = parse_yaml(y, "t.yaml").unwrap();
+        let c = parse(y, "t.yaml").unwrap();
         let p = c.pricing["m"];
         assert_eq!((p.cache_read, p.cache_write, p.cache_write_1h), (Some(0.1), Some(1.25), None));
-        assert!(c.validate().is_ok());
-        let mut c = Config::default();
+        assert!(c.validate(&VOCABULARY).is_ok());
+        let mut c = defaults();
         c.pricing.insert("m".into(), Price { cache_read: Some(-0.1), ..Price::plain(1.0, 2.0) });
-        let e = c.validate().unwrap_err().to_string();
+        let e = c.validate(&VOCABULARY).unwrap_err().to_string();
         assert!(e.contains("pricing.m"), "{e}");
-        let e = parse_yaml::<Config>("pricing:\n  m: { input: 1, output: 2, cache_hit: 1 }\n", "t.yaml").unwrap_err();
+        let e = parse("pricing:\n  m: { input: 1, output: 2, cache_hit: 1 }\n", "t.yaml").unwrap_err();
         assert!(e.to_string().contains("cache_hit"), "an unknown column is refused: {e}");
     }
 
     #[test]
     fn two_listeners_on_one_address_are_refused() {
-        let mut c = Config::default();
+        let mut c = defaults();
         c.listen.gateway = ListenAddr::parse("127.0.0.1:8080").unwrap();
         c.listen.management = c.listen.gateway;
-        let e = c.validate().unwrap_err().to_string();
+        let e = c.validate(&VOCABULARY).unwrap_err().to_string();
         assert!(e.contains("listen.management") && e.contains("listen.gateway"), "{e}");
         c.listen.management = ListenAddr::parse("0.0.0.0:8080").unwrap();
-        assert!(c.validate().is_err(), "0.0.0.0 covers 127.0.0.1");
+        assert!(c.validate(&VOCABULARY).is_err(), "0.0.0.0 covers 127.0.0.1");
         c.listen.management = ListenAddr::parse("127.0.0.2:8080").unwrap();
-        assert!(c.validate().is_ok(), "another address on the same port is fine");
+        assert!(c.validate(&VOCABULARY).is_ok(), "another address on the same port is fine");
     }
 
     #[test]
     fn a_request_body_names_its_position_in_words() {
         let y = "server:\n  threads: 2\n  colour: red\n";
-        let e = parse_yaml::<Config>(y, Origin::Body).unwrap_err().to_string();
+        let e = parse(y, Origin::Body).unwrap_err().to_string();
         assert!(e.starts_with("line 3, column 3: field `server.colour`: unknown field `colour`"), "{e}");
         assert_eq!(Origin::Body.locate(None, "field `x`: bad"), "field `x`: bad");
         assert_eq!(Origin::from("f.yaml").locate(None, "bad"), "f.yaml: bad");
@@ -642,7 +630,7 @@ mod tests {
 
     #[test]
     fn env_overrides_apply_and_name_the_variable() {
-        let mut c = Config::default();
+        let mut c = defaults();
         let vars = |k: &str| match k {
             "TOLLGATE_GATEWAY_LISTEN" => Some("127.0.0.1:1234".to_string()),
             "TOLLGATE_MAX_BODY_BYTES" => Some("1024".to_string()),
@@ -664,7 +652,7 @@ mod tests {
     #[test]
     fn telemetry_env_precedence() {
         let traced = |file: &str, vars: &[(&str, &str)]| {
-            let mut c = Config::default();
+            let mut c = defaults();
             c.telemetry.otlp_endpoint = file.into();
             let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             env::apply(&mut c, &|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap();
@@ -679,6 +667,65 @@ mod tests {
         assert_eq!(traced("", &[ours, ("OTEL_SDK_DISABLED", "TRUE")]).otlp_endpoint, "");
         let t = traced("", &[("OTEL_SERVICE_NAME", "gw-eu"), ("TOLLGATE_OTLP_CAPTURE_PROMPTS", "1")]);
         assert_eq!((t.service_name.as_str(), t.capture_prompts), ("gw-eu", true));
-        assert!(!Config::default().telemetry.capture_prompts);
+        assert!(!defaults().telemetry.capture_prompts);
+    }
+
+    /// An unknown provider name fails while deserializing, at its line and column, both as a
+    /// section name and as a route's provider.
+    #[test]
+    fn an_unknown_provider_is_named_where_it_is_written() {
+        let y = "routes:\n  - { model: \"a-*\", provider: openai }\n  - { model: \"x-*\", provider: mistral }\n";
+        let e = parse(y, "t.yaml").unwrap_err().to_string();
+        let expected = "unknown provider `mistral`, expected one of openai, anthropic, bedrock, vertex";
+        assert_eq!(e, format!("t.yaml:3:31: field `routes[1].provider`: {expected}"));
+        let y = "providers:\n  openai:\n    base_url: \"https://a.example\"\n  mistral:\n    base_url: \"https://b\"\n";
+        let e = parse(y, "t.yaml").unwrap_err().to_string();
+        assert_eq!(e, format!("t.yaml:4:3: field `providers.mistral`: {expected}"));
+    }
+
+    /// A section the file lists replaces that provider's defaults (absent fields are empty); the
+    /// others keep theirs; a file without `routes:` routes as the vocabulary says.
+    #[test]
+    fn config_knows_only_the_vocabulary_it_is_given() {
+        static ACME: Vocabulary = Vocabulary {
+            providers: &[
+                ProviderSpec {
+                    name: "acme",
+                    base_url: "https://acme.example",
+                    version: "1",
+                    routes: &["acme-*"],
+                    needs_base_url: true,
+                },
+                ProviderSpec {
+                    name: "zed",
+                    base_url: "",
+                    version: "",
+                    routes: &["zed/*", "z-*"],
+                    needs_base_url: false,
+                },
+            ],
+        };
+        let c = Config::parse("server:\n  threads: 3\n", "t.yaml", &ACME).unwrap();
+        let routes: Vec<(&str, &str)> = c.routes.iter().map(|r| (r.model.as_str(), r.provider.as_str())).collect();
+        assert_eq!(routes, [("acme-*", "acme"), ("zed/*", "zed"), ("z-*", "zed")]);
+        assert_eq!(
+            c,
+            Config { server: ServerSection { threads: 3, ..ServerSection::default() }, ..Config::defaults(&ACME) }
+        );
+        assert_eq!(c.provider_defaults("acme").version, "1");
+        assert!(c.validate(&ACME).is_ok());
+
+        let c = Config::parse("providers:\n  acme: { version: \"2\" }\n", "t.yaml", &ACME).unwrap();
+        assert_eq!(
+            (c.provider_defaults("acme").base_url.as_str(), c.provider_defaults("acme").version.as_str()),
+            ("", "2")
+        );
+        assert_eq!(c.provider_defaults("zed"), &ProviderDefaults::default());
+        let e = c.validate(&ACME).unwrap_err().to_string();
+        assert!(e.starts_with("field `providers.acme.base_url`"), "{e}");
+        let e = Config::parse("routes: [{ model: m, provider: openai }]\n", "t.yaml", &ACME).unwrap_err().to_string();
+        assert!(e.ends_with("unknown provider `openai`, expected one of acme, zed"), "{e}");
+        let e = parse_yaml::<Config>("routes: [{ model: m, provider: acme }]\n", "t.yaml").unwrap_err().to_string();
+        assert!(e.contains("read only through Config::parse"), "no vocabulary, no provider names: {e}");
     }
 }

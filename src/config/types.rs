@@ -31,41 +31,6 @@ impl<'de> Deserialize<'de> for ListenAddr {
     }
 }
 
-/// The upstream providers Tollgate speaks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderName {
-    #[serde(rename = "openai")]
-    OpenAi,
-    Anthropic,
-    Bedrock,
-    Vertex,
-}
-
-impl ProviderName {
-    pub const ALL: [ProviderName; 4] =
-        [ProviderName::OpenAi, ProviderName::Anthropic, ProviderName::Bedrock, ProviderName::Vertex];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderName::OpenAi => "openai",
-            ProviderName::Anthropic => "anthropic",
-            ProviderName::Bedrock => "bedrock",
-            ProviderName::Vertex => "vertex",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == s)
-    }
-}
-
-impl fmt::Display for ProviderName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A pattern where `*` matches any run of characters (and nothing else is special).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob(String);

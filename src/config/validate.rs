@@ -2,7 +2,7 @@
 //! and the environment are read. Each error names the dotted field.
 
 use super::tool_server::{check_headers, check_name, ServerUrl};
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, Vocabulary};
 use crate::upstream::BaseUrl;
 
 type Checked = Result<(), ConfigError>;
@@ -12,8 +12,9 @@ fn bad(field: &str, msg: &str) -> Checked {
 }
 
 impl Config {
-    pub(super) fn validate(&self) -> Checked {
+    pub(super) fn validate(&self, vocab: &Vocabulary) -> Checked {
         self.check_sizes()?;
+        self.check_base_urls(vocab)?;
         self.check_tool_servers()?;
         self.check_listeners()?;
         self.check_files()?;
@@ -31,9 +32,14 @@ impl Config {
         if self.upstream.connect_timeout_ms == 0 || self.upstream.read_timeout_ms == 0 {
             return bad("upstream", "timeouts must be greater than 0");
         }
-        for (name, p) in [("openai", &self.providers.openai), ("anthropic", &self.providers.anthropic)] {
-            if let Err(e) = BaseUrl::parse(&p.base_url) {
-                return bad(&format!("providers.{name}.base_url"), &e);
+        Ok(())
+    }
+
+    /// The base URL of every provider whose calls go to it (a credential may name its own).
+    fn check_base_urls(&self, vocab: &Vocabulary) -> Checked {
+        for spec in vocab.providers.iter().filter(|p| p.needs_base_url) {
+            if let Err(e) = BaseUrl::parse(&self.provider_defaults(spec.name).base_url) {
+                return bad(&format!("providers.{}.base_url", spec.name), &e);
             }
         }
         Ok(())

@@ -10,10 +10,11 @@ use super::mcp::tool_label;
 use super::relay::UpstreamOutcome;
 use super::state::Gateway;
 use crate::checks::pipeline::Outcome;
-use crate::config::{CommitMode, ProviderName};
+use crate::config::CommitMode;
 use crate::error::ErrorKind;
 use crate::metrics::{self, METRICS};
 use crate::providers::Flavor;
+use crate::providers::ProviderName;
 use crate::providers::Route;
 use crate::receipts::{self, Check};
 

@@ -19,7 +19,7 @@ pub fn models(snap: &Snapshot, key: &KeyEntry, now: chrono::DateTime<chrono::Utc
     let team_id = key.record.team_id.as_deref();
     let mut out: Vec<Listed> = Vec::new();
     for priced in snap.pricing.models() {
-        for p in crate::config::ProviderName::ALL {
+        for p in crate::providers::ProviderName::ALL {
             let Some(id) = providers::provider(p).listed_as(priced) else { continue };
             if snap.route(&id) != Some(p) || snap.provider(tenant, p).is_none() {
                 continue;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::checks::pipeline::{self, Cached, Exchange};
-use crate::config::ProviderName;
 use crate::error::ErrorKind;
+use crate::providers::ProviderName;
 use crate::providers::Usage;
 use crate::receipts::writer::InFlight;
 use crate::receipts::{self, CacheSide, Check, CheckName, Draft, Kind};

@@ -21,10 +21,10 @@ use super::relay::UpstreamOutcome;
 use super::span::RequestSpan;
 use super::state::Gateway;
 use crate::checks::pipeline;
-use crate::config::ProviderName;
 use crate::error::ErrorKind;
 use crate::metrics::{self, METRICS};
 use crate::providers::Flavor;
+use crate::providers::ProviderName;
 use crate::providers::Route;
 
 #[async_trait]

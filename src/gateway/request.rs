@@ -4,8 +4,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::stored::{self, StoredRef};
-use crate::config::ProviderName;
 use crate::error::ApiError;
+use crate::providers::ProviderName;
 use crate::providers::Route;
 use crate::snapshot::Snapshot;
 
@@ -324,7 +324,7 @@ mod tests {
     use std::sync::Arc;
 
     fn snap() -> Snapshot {
-        let c = Arc::new(Config::default());
+        let c = Arc::new(Config::defaults(&crate::providers::VOCABULARY));
         let p = Arc::new(Pricing::from_config(&c).unwrap());
         Snapshot::empty(c, p)
     }

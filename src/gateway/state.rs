@@ -10,10 +10,10 @@ use pingora::proxy::Session;
 
 use crate::app::App;
 use crate::checks::pipeline::Pipeline;
-use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics;
 use crate::providers::ProviderCred;
+use crate::providers::ProviderName;
 use crate::providers::{self, Provider, Target, UpstreamCall};
 use crate::snapshot::KeyEntry;
 use crate::upstream::{UpstreamClient, UpstreamError, UpstreamResponse};

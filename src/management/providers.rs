@@ -7,9 +7,9 @@ use utoipa::ToSchema;
 use super::handler::{Caller, Handled, Reply, Req};
 use super::openapi_parts::{string_enum, Authenticated, Manager};
 use crate::app::App;
-use crate::config::ProviderName;
 use crate::error::ApiError;
 use crate::providers::CredentialBody;
+use crate::providers::ProviderName;
 use crate::store::{self, providers::CredentialRow};
 
 fn provider_from_path(p: &str) -> Result<ProviderName, ApiError> {

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use super::handler::{Handled, Reply};
 use super::openapi_parts::string_enum;
 use crate::app::App;
-use crate::config::ProviderName;
+use crate::providers::{self, ProviderName};
 use crate::snapshot::Snapshot;
 
 /// `operational`, `degraded`, `outage`, or (a component only) `unconfigured`.
@@ -126,7 +126,7 @@ fn signer_component(app: &App) -> Component {
 
 fn provider_components(snap: &Snapshot) -> Vec<Component> {
     let mut components = Vec::new();
-    for p in [ProviderName::OpenAi, ProviderName::Anthropic] {
+    for p in ProviderName::ALL.into_iter().filter(|&p| providers::provider(p).keyed_by_api_key()) {
         let creds: Vec<_> = snap.providers().filter(|(_, c)| c.provider == p).collect();
         let failing = creds.iter().filter(|(_, c)| c.status == "failing").count();
         let status = if failing > 0 { "degraded" } else { "operational" };

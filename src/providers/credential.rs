@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use super::bedrock::sign::AwsKeys;
 use super::vertex::auth::ServiceAccount;
-use crate::config::ProviderName;
 use crate::error::{ApiError, ErrorKind};
+use crate::providers::ProviderName;
 use crate::secrets::Secret;
 use crate::upstream::BaseUrl;
 

@@ -6,7 +6,8 @@
 
 use super::credential::{CredentialBody, ProviderCred};
 use super::{provider, Provider};
-use crate::config::{Config, ProviderName};
+use crate::config::Config;
+use crate::providers::ProviderName;
 use crate::secrets::at_rest::MasterKey;
 use crate::store::providers::CredentialRow;
 use crate::upstream::BaseUrl;
@@ -70,7 +71,7 @@ pub fn decrypt(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<
     let auth = p.auth_from_stored(&secret, &region)?;
     let url = match &row.base_url {
         Some(url) => url.clone(),
-        None => p.default_base_url(&cfg.provider_defaults(name).base_url, &region),
+        None => p.default_base_url(&cfg.provider_defaults(name.as_str()).base_url, &region),
     };
     let base_url = BaseUrl::parse(&url)?;
     Ok(ProviderCred { provider: name, auth, base_url, status: row.status.clone() })
@@ -145,7 +146,7 @@ mod tests {
             status: "active".into(),
             updated_at: String::new(),
         };
-        let cfg = Config::default();
+        let cfg = Config::defaults(&crate::providers::VOCABULARY);
         let keys = json!({"access_key_id": "AKIA", "secret_access_key": "s"});
         let cred = decrypt(&mk, &cfg, &row("bedrock", keys, Some("eu-west-1"))).unwrap();
         assert_eq!(cred.base_url.authority(), "bedrock-runtime.eu-west-1.amazonaws.com");
@@ -176,7 +177,7 @@ mod tests {
             status: "active".into(),
             updated_at: String::new(),
         };
-        let cred = decrypt(&mk, &Config::default(), &row).unwrap();
+        let cred = decrypt(&mk, &Config::defaults(&crate::providers::VOCABULARY), &row).unwrap();
         let ProviderAuth::ApiKey(key) = cred.auth else { panic!("an api key") };
         assert_eq!(key.expose(), "sk-abcdefgh1234");
         assert_eq!(cred.base_url.port, 9);

@@ -5,11 +5,12 @@
 //! request is put into its own API, which model names it serves, and its minimal test call.
 //! What dialects share lives here, not in any provider's folder: reading usage ([`usage`]),
 //! the Converse dialect's stream framing ([`eventstream`]), translating between dialects
-//! ([`translate`]) and prices ([`pricing`]).
+//! ([`translate`]), where each dialect's bodies and events carry their text ([`text`]) and
+//! prices ([`pricing`]).
 //!
-//! Adding a provider is its folder and one line in [`provider`], plus what the config layer
-//! (below this one) must know to read its file: the name in [`ProviderName`] and its
-//! `providers.<name>` section.
+//! Adding a provider is its folder (with its [`ProviderSpec`](crate::config::ProviderSpec),
+//! `<name>::SPEC`: what the config layer below must know to read its file) and one line in
+//! each of [`ProviderName`], [`provider`] and [`VOCABULARY`].
 
 pub mod anthropic;
 pub mod bedrock;
@@ -19,10 +20,12 @@ pub mod encrypted;
 pub mod envelope;
 pub mod eventstream;
 mod headers;
+mod name;
 pub mod openai;
 pub mod pricing;
 mod provider;
 pub mod route;
+pub mod text;
 pub mod translate;
 pub mod usage;
 pub mod vertex;
@@ -30,13 +33,19 @@ pub mod vertex;
 pub use anthropic::{requested_betas, BETA as BETA_HEADER};
 pub use credential::{CredentialBody, ProviderAuth, ProviderCred};
 pub use envelope::Flavor;
+pub use name::ProviderName;
 pub use provider::{ClientHeader, Env, Probe, Provider, Target, UpstreamCall};
 pub use route::Route;
 pub use translate::ensure_stream_usage;
 pub use usage::{Dialect, Usage};
 pub use vertex::auth::TokenCache;
 
-use crate::config::ProviderName;
+use crate::config::Vocabulary;
+
+/// What config may name: every provider's spec, in the order of [`ProviderName::ALL`] (the
+/// order default routes are tried). `Config::load` and `Config::defaults` take it.
+pub const VOCABULARY: Vocabulary =
+    Vocabulary { providers: &[openai::SPEC, anthropic::SPEC, bedrock::SPEC, vertex::SPEC] };
 
 /// The provider behind a name: the registry, one line per provider.
 pub fn provider(name: ProviderName) -> &'static dyn Provider {
@@ -65,6 +74,17 @@ mod tests {
     fn every_provider_has_its_entry() {
         for p in ProviderName::ALL {
             assert_eq!(provider(p).name(), p);
+            assert_eq!(ProviderName::parse(p.as_str()), Some(p));
         }
+        let names: Vec<&str> = VOCABULARY.providers.iter().map(|s| s.name).collect();
+        assert_eq!(names, ProviderName::ALL.map(ProviderName::as_str), "the vocabulary is the registry's");
+    }
+
+    /// `/status` lists the providers whose credentials are API keys.
+    #[test]
+    fn the_api_key_providers() {
+        let keyed: Vec<ProviderName> =
+            ProviderName::ALL.into_iter().filter(|&p| provider(p).keyed_by_api_key()).collect();
+        assert_eq!(keyed, [ProviderName::OpenAi, ProviderName::Anthropic]);
     }
 }

@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn tool_calls_cost_nothing_unless_the_table_names_them() {
-        let mut cfg = Config::default();
+        let mut cfg = Config::defaults(&crate::providers::VOCABULARY);
         cfg.pricing
             .insert("tool:search".into(), crate::config::Price { input: 0.01, output: 0.0, ..Default::default() });
         cfg.pricing
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn cloud_models_are_priced_under_their_routing_names() {
-        let p = Pricing::from_config(&Config::default()).unwrap();
+        let p = Pricing::from_config(&Config::defaults(&crate::providers::VOCABULARY)).unwrap();
         let haiku = p.price("anthropic.claude-3-haiku-20240307-v1:0").unwrap();
         assert_eq!(p.price("bedrock/anthropic.claude-3-haiku-20240307-v1:0").unwrap().input, haiku.input);
         assert_eq!(p.price("bedrock/us.anthropic.claude-3-haiku-20240307-v1:0").unwrap().input, haiku.input);
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn prices_and_dated_models() {
-        let p = Pricing::from_config(&Config::default()).unwrap();
+        let p = Pricing::from_config(&Config::defaults(&crate::providers::VOCABULARY)).unwrap();
         assert_eq!(p.price("gpt-4o-mini").unwrap().input, 0.15);
         assert_eq!(p.price("gpt-4o-mini-2024-07-18").unwrap().input, 0.15);
         assert_eq!(p.price("gpt-4o-2024-08-06").unwrap().input, 2.5);
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn config_overrides_win() {
-        let mut c = Config::default();
+        let mut c = Config::defaults(&crate::providers::VOCABULARY);
         c.pricing.insert("gpt-4o-mini".into(), Price::plain(1.0, 1.0));
         let p = Pricing::from_config(&c).unwrap();
         assert_eq!(p.cost("gpt-4o-mini", &Usage::plain(1_000_000, 0)), 1.0);
@@ -139,7 +139,7 @@ mod tests {
     #[test]
     fn cached_tokens_are_priced_at_their_own_rates() {
         use crate::providers::usage::{from_json_bytes, Dialect};
-        let p = Pricing::from_config(&Config::default()).unwrap();
+        let p = Pricing::from_config(&Config::defaults(&crate::providers::VOCABULARY)).unwrap();
         let read = |d: Dialect, body: &str| from_json_bytes(d, body.as_bytes()).unwrap();
 
         // Anthropic: 21 uncached at $3, 2048 hits at $0.30, 188 5-minute writes at $3.75,
@@ -193,12 +193,12 @@ mod tests {
 
     #[test]
     fn without_a_cache_column_cached_tokens_cost_the_input_rate() {
-        let p = Pricing::from_config(&Config::default()).unwrap();
+        let p = Pricing::from_config(&Config::defaults(&crate::providers::VOCABULARY)).unwrap();
         assert!(p.price("gpt-4-turbo").unwrap().cache_read.is_none());
         let u = Usage { cache_read_tokens: 1500, cache_write_tokens: 300, ..Usage::plain(2000, 10) };
         assert_eq!(p.cost("gpt-4-turbo", &u), p.cost("gpt-4-turbo", &Usage::plain(2000, 10)));
         // Only a write rate: one-hour writes take it too.
-        let mut c = Config::default();
+        let mut c = Config::defaults(&crate::providers::VOCABULARY);
         c.pricing.insert("m".into(), Price { cache_write: Some(2.0), ..Price::plain(1.0, 0.0) });
         let p = Pricing::from_config(&c).unwrap();
         let u = Usage { cache_write_tokens: 1_000_000, cache_write_1h_tokens: 400_000, ..Usage::plain(3_000_000, 0) };
@@ -209,7 +209,7 @@ mod tests {
     /// prompt: never a negative uncached part, never a cost below zero.
     #[test]
     fn cached_counts_above_the_prompt_are_cut_to_it() {
-        let p = Pricing::from_config(&Config::default()).unwrap();
+        let p = Pricing::from_config(&Config::defaults(&crate::providers::VOCABULARY)).unwrap();
         let u = Usage { cache_read_tokens: u64::MAX, cache_write_tokens: u64::MAX, ..Usage::plain(1_000_000, 0) };
         assert_eq!(p.cost("claude-sonnet-4-5", &u), 0.30);
         let u = Usage { cache_read_tokens: 400_000, cache_write_tokens: u64::MAX, ..Usage::plain(1_000_000, 0) };

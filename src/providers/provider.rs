@@ -9,8 +9,9 @@ use super::credential::{self, CredentialBody, Fields, ProviderAuth, ProviderCred
 use super::translate::{ChunkTranslator, TranslateError};
 use super::usage::Dialect;
 use super::vertex::auth::TokenCache;
-use crate::config::{Config, ProviderName};
+use crate::config::Config;
 use crate::error::ApiError;
+use crate::providers::ProviderName;
 
 /// The upstream request the gateway will send.
 pub struct UpstreamCall {
@@ -91,6 +92,12 @@ pub trait Provider: Sync {
     /// says otherwise.
     fn credential_fields(&self) -> Fields {
         Fields::API_KEY
+    }
+
+    /// Whether its credentials are API keys alone: the providers `/status` lists, each with
+    /// how many of its credentials fail their last test.
+    fn keyed_by_api_key(&self) -> bool {
+        self.credential_fields().required == Fields::API_KEY.required
     }
 
     /// The secret part of a credential body whose required fields are present: the JSON that

@@ -3,7 +3,7 @@
 
 use super::envelope::Flavor;
 use super::usage::Dialect;
-use crate::config::ProviderName;
+use crate::providers::ProviderName;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::providers::{Dialect, Usage};
+use crate::providers::{Dialect, Route, Usage, VOCABULARY};
 use crate::receipts::{Kind, UpstreamStatus};
 use crate::snapshot::{KeyEntry, Snapshot};
 use crate::upstream::UpstreamError;
@@ -67,7 +67,7 @@ impl Exchange {
 
     /// A fixture for unit tests: a developer key of tenant `t1` on default config.
     pub fn fixture(body: Value) -> Exchange {
-        let cfg = Arc::new(crate::config::Config::default());
+        let cfg = Arc::new(crate::config::Config::defaults(&VOCABULARY));
         let pricing = Arc::new(crate::providers::pricing::Pricing::from_config(&cfg).expect("shipped pricing parses"));
         Self::fixture_in(Arc::new(Snapshot::empty(cfg, pricing)), body)
     }
@@ -79,13 +79,15 @@ impl Exchange {
         let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
         let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        // A chat completion, as the chat dialect's own provider would get it.
+        let route = Route::ChatCompletions;
         Exchange {
             snap,
             key: Arc::new(KeyEntry::new(record, Default::default())),
             kind: Kind::ModelCall,
-            route: "/v1/chat/completions",
-            dialect: Dialect::OpenAi,
-            provider: "openai".into(),
+            route: route.upstream_path(),
+            dialect: Dialect::CHAT,
+            provider: route.default_provider().as_str().into(),
             model,
             tool: None,
             betas: Vec::new(),

@@ -5,11 +5,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::config::ProviderName;
+use crate::config::ProviderSpec;
 use crate::error::ApiError;
 use crate::providers::credential::{api_key, ProviderCred};
 use crate::providers::headers::base_headers;
 use crate::providers::translate::{self, ChunkTranslator, StreamTranslator, TranslateError};
+use crate::providers::ProviderName;
 use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 
 const FORWARD: &[&str] = &[BETA];
@@ -29,6 +30,16 @@ pub fn requested_betas(headers: &http::HeaderMap) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// What config knows of Anthropic: its API's address, the `anthropic-version` sent when the
+/// client sends none, and the model names routed to it by default.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: ProviderName::Anthropic.as_str(),
+    base_url: "https://api.anthropic.com",
+    version: "2023-06-01",
+    routes: &["claude-*"],
+    needs_base_url: true,
+};
 
 pub struct Anthropic;
 
@@ -57,8 +68,8 @@ impl Provider for Anthropic {
         };
         let mut headers = base_headers(FORWARD, client_header);
         headers.push(("x-api-key", api_key(cred)?.expose().to_string()));
-        let version =
-            client_header("anthropic-version").unwrap_or_else(|| env.config.providers.anthropic.version.clone());
+        let version = client_header("anthropic-version")
+            .unwrap_or_else(|| env.config.provider_defaults(SPEC.name).version.clone());
         headers.push(("anthropic-version", version));
         Ok(UpstreamCall { method: "POST", path, headers, body })
     }

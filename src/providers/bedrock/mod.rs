@@ -14,13 +14,24 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::config::ProviderName;
+use crate::config::ProviderSpec;
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::credential::{secret_field, CredentialBody, Fields, ProviderAuth, ProviderCred};
 use crate::providers::headers::base_headers;
 use crate::providers::translate::{converse, ChunkTranslator, TranslateError};
+use crate::providers::ProviderName;
 use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::secrets::Secret;
+
+/// What config knows of Bedrock: models under the `bedrock/` prefix. Its address is the
+/// credential's region's, so config has none to check.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: ProviderName::Bedrock.as_str(),
+    base_url: "",
+    version: "",
+    routes: &["bedrock/*"],
+    needs_base_url: false,
+};
 
 pub struct Bedrock;
 

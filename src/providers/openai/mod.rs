@@ -4,16 +4,26 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::config::ProviderName;
+use crate::config::ProviderSpec;
 use crate::error::ApiError;
 use crate::providers::credential::{api_key, ProviderCred};
 use crate::providers::headers::base_headers;
 use crate::providers::translate::{ChunkTranslator, TranslateError};
+use crate::providers::ProviderName;
 use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 
 /// Client headers worth forwarding. Everything else (auth, cookies, SDK telemetry, hop-by-hop)
 /// stays at the gateway.
 const FORWARD: &[&str] = &["openai-organization", "openai-project", "openai-beta", "idempotency-key"];
+
+/// What config knows of OpenAI: its API's address, and the model names routed to it by default.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: ProviderName::OpenAi.as_str(),
+    base_url: "https://api.openai.com",
+    version: "",
+    routes: &["gpt-*", "chatgpt-*", "o1*", "o3*", "o4*", "text-embedding-*", "omni-moderation-*"],
+    needs_base_url: true,
+};
 
 pub struct OpenAi;
 

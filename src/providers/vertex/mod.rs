@@ -10,14 +10,25 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::config::ProviderName;
+use crate::config::ProviderSpec;
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::credential::{secret_field, CredentialBody, Fields, ProviderAuth, ProviderCred};
 use crate::providers::headers::base_headers;
 use crate::providers::translate::{gemini, ChunkTranslator, TranslateError};
+use crate::providers::ProviderName;
 use crate::providers::{ClientHeader, Dialect, Env, Probe, Provider, Target, UpstreamCall};
 use crate::secrets::Secret;
 use auth::ServiceAccount;
+
+/// What config knows of Vertex: models under the `vertex/` prefix. Its address is the
+/// credential's region's, so config has none to check.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    name: ProviderName::Vertex.as_str(),
+    base_url: "",
+    version: "",
+    routes: &["vertex/*"],
+    needs_base_url: false,
+};
 
 pub struct Vertex;
 
