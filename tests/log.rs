@@ -268,3 +268,51 @@ fn the_origin_is_configured_or_the_install_s_own() {
     assert_eq!(c.origin, format!("audit.example.com/tollgate/{}", g.tenant_id));
     verify_note(&g, &g.key, &c);
 }
+
+/// `tollgate log audit` (log.md §9) passes on a log that grew, and exits 1 on a key that did
+/// not sign, on a log whose past was rewritten, and on a log that shrank.
+#[test]
+fn the_auditor_s_tool_holds_the_log_to_its_past() {
+    let (g, _up) = support::with_standin(&Backend::Sqlite, &[]);
+    let state = g.dir.join("audit-state");
+    let url = format!("http://{}", g.mgmt);
+    let audit = |extra: &[&str]| {
+        let mut args = vec!["log", "audit", "--url", &url, "--key", &g.key, "--state", state.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = g.cli(&args);
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    traffic(&g, 3);
+    let (ok, out) = audit(&[]);
+    assert!(ok && out.contains("at size 3 (first audit"), "{out}");
+    traffic(&g, 260);
+    let (ok, out) = audit(&[]);
+    assert!(ok && out.contains("at size 263 (consistent with size 3"), "{out}");
+    let (ok, out) = audit(&[]);
+    assert!(ok && out.contains("consistent with size 263"), "the same size again: {out}");
+
+    let origin = checkpoint(&g, &g.key).origin;
+    let stranger = signed_note::new_ed25519_verifier_key(
+        &origin,
+        &ed25519_dalek::SigningKey::from_bytes(&[9; 32]).verifying_key(),
+    );
+    let (ok, out) = audit(&["--verifier-key", &stranger]);
+    assert!(!ok && out.contains("checkpoint signature"), "{out}");
+
+    // An operator rewrites a past receipt (leaf 259, in the open tile): the next checkpoint is
+    // not an extension of the one the auditor saved.
+    let t = &g.tenant_id;
+    let forged = "ab".repeat(32);
+    assert_eq!(g.sql(&format!("UPDATE receipts SET this_hash = '{forged}' WHERE tenant_id = '{t}' AND seq = 260")), 1);
+    traffic(&g, 1);
+    let (ok, out) = audit(&[]);
+    assert!(!ok && out.contains("not consistent"), "{out}");
+
+    // The log shrinks back to 5 receipts.
+    g.sql(&format!("DELETE FROM receipts WHERE tenant_id = '{t}' AND seq > 5"));
+    g.sql(&format!("DELETE FROM log_tiles WHERE tenant_id = '{t}'"));
+    g.sql(&format!("DELETE FROM log_checkpoints WHERE tenant_id = '{t}'"));
+    g.sql(&format!("UPDATE chain_heads SET seq = 5 WHERE tenant_id = '{t}'"));
+    let (ok, out) = audit(&[]);
+    assert!(!ok && out.contains("the log shrank: size 5 after 263"), "{out}");
+}

@@ -66,6 +66,7 @@ pub struct Config {
     pub billing: BillingSection,
     #[serde(default)]
     pub cluster: ClusterSection,
+    #[serde(default)]
     pub log: tenant_log::LogSection,
 }
 
