@@ -381,6 +381,35 @@ impl UpstreamResponse<'_> {
     }
 }
 
+/// A blocking HTTP client for the process's own small outbound calls (the OTLP exporter, the
+/// log auditor): reqwest's, which runs its own runtime thread, with TLS on rustls and ring and
+/// the system's trust store (read, and its absence an error, only when `https`; it honours
+/// `SSL_CERT_FILE`). Built on a thread of its own: reqwest refuses to build or drop a blocking
+/// client inside an async runtime, and callers may be in one.
+pub fn blocking_client(timeout: Duration, https: bool) -> Result<reqwest::blocking::Client, String> {
+    std::thread::spawn(move || {
+        let tls = blocking_tls(https).map_err(|e| format!("TLS setup: {e}"))?;
+        reqwest::blocking::Client::builder()
+            .timeout(timeout)
+            .tls_backend_preconfigured(tls)
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))
+    })
+    .join()
+    .map_err(|_| "building an HTTP client panicked".to_string())?
+}
+
+fn blocking_tls(https: bool) -> Result<rustls::ClientConfig, rustls::Error> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
+    let builder = match https {
+        true => builder.with_platform_verifier()?,
+        false => builder.with_root_certificates(rustls::RootCertStore::empty()),
+    };
+    Ok(builder.with_no_client_auth())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -620,33 +649,4 @@ pub(crate) mod tests {
         assert!(second.is_err(), "{second:?}");
         assert_eq!((requests, connections), (2, 1), "sent once, on the pooled connection");
     }
-}
-
-/// A blocking HTTP client for the process's own small outbound calls (the OTLP exporter, the
-/// log auditor): reqwest's, which runs its own runtime thread, with TLS on rustls and ring and
-/// the system's trust store (read, and its absence an error, only when `https`; it honours
-/// `SSL_CERT_FILE`). Built on a thread of its own: reqwest refuses to build or drop a blocking
-/// client inside an async runtime, and callers may be in one.
-pub fn blocking_client(timeout: Duration, https: bool) -> Result<reqwest::blocking::Client, String> {
-    std::thread::spawn(move || {
-        let tls = blocking_tls(https).map_err(|e| format!("TLS setup: {e}"))?;
-        reqwest::blocking::Client::builder()
-            .timeout(timeout)
-            .tls_backend_preconfigured(tls)
-            .build()
-            .map_err(|e| format!("HTTP client: {e}"))
-    })
-    .join()
-    .map_err(|_| "building an HTTP client panicked".to_string())?
-}
-
-fn blocking_tls(https: bool) -> Result<rustls::ClientConfig, rustls::Error> {
-    use rustls_platform_verifier::BuilderVerifierExt;
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
-    let builder = match https {
-        true => builder.with_platform_verifier()?,
-        false => builder.with_root_certificates(rustls::RootCertStore::empty()),
-    };
-    Ok(builder.with_no_client_auth())
 }

@@ -235,6 +235,20 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
         };
         let (ok, out) = verify_cli(&g, &tampered(&|v| v["receipts"][2]["costUsd"] = json!(123.0)), &[]);
         assert!(!ok && out.contains("first failure: seq 4"), "{out}");
+        // The log member (docs/log.md §6): a signed checkpoint whose tree holds toSeq.
+        assert_eq!(bundle["log"]["inclusion"]["seq"], 6, "{}", bundle["log"]);
+        assert!(bundle["log"]["checkpoint"].as_str().unwrap().contains(&format!("/{}\n6\n", g.tenant_id)));
+        let (ok, out) = verify_cli(&g, &r.body, &[]);
+        assert!(ok && out.contains("log: receipt seq 6 is in the checkpoint's tree"), "{out}");
+        let forged_proof = tampered(&|v| v["log"]["inclusion"]["proof"][0] = json!("00".repeat(32)));
+        let (ok, out) = verify_cli(&g, &forged_proof, &[]);
+        assert!(!ok && out.contains("first failure: log: receipt seq 6"), "{out}");
+        let forged_size = tampered(&|v| {
+            let c = v["log"]["checkpoint"].as_str().unwrap().replacen("\n6\n", "\n7\n", 1);
+            v["log"]["checkpoint"] = json!(c);
+        });
+        let (ok, out) = verify_cli(&g, &forged_size, &[]);
+        assert!(!ok && out.contains("first failure: log: checkpoint"), "{out}");
         let (ok, out) = verify_cli(
             &g,
             &tampered(&|v| {

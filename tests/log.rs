@@ -210,7 +210,7 @@ fn tiles_rebuild_the_root(g: &Gateway, c: &Checkpoint) {
 fn bad_sizes_and_tenants(g: &Gateway) {
     let size = g.newest_seq(&g.key);
     for q in [
-        format!("consistency?from=5&to=4"),
+        "consistency?from=5&to=4".to_string(),
         format!("consistency?from=1&to={}", size + 1),
         "consistency?from=x&to=2".into(),
         "consistency?to=2".into(),

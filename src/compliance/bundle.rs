@@ -15,6 +15,7 @@ use crate::receipts::canonical::{self, GENESIS};
 use crate::receipts::signer::{RegisteredKey, Signer};
 use crate::receipts::StoredReceipt;
 use crate::store::{Store, StoreError};
+use crate::tenant_log::{checkpoint, tree};
 
 pub const FORMAT: &str = "tollgate-evidence-bundle/v1";
 
@@ -31,6 +32,8 @@ pub struct BundleWriter {
     generated_at: String,
     /// The memo rows this walk recorded, being written.
     pub writing: Option<tokio::task::JoinHandle<()>>,
+    /// The tenant log's origin prefix: when set, the bundle ends with the `log` member.
+    log_origin: Option<String>,
 }
 
 impl BundleWriter {
@@ -76,7 +79,15 @@ impl BundleWriter {
             period,
             generated_at,
             writing: None,
+            log_origin: None,
         })
+    }
+
+    /// Ends the bundle with the `log` member (docs/log.md §6): the current checkpoint of the
+    /// tenant's log and the inclusion proof of the period's last receipt in it.
+    pub fn with_log(mut self, origin_prefix: &str) -> Self {
+        self.log_origin = Some(origin_prefix.to_string());
+        self
     }
 
     /// The next piece of the document; `None` after the last.
@@ -108,11 +119,40 @@ impl BundleWriter {
             &self.signer,
             &self.generated_at,
         );
-        let tail = serde_json::to_vec(&json!({"merkle": doc["merkle"], "attestation": doc})).unwrap_or_default();
+        let mut tail = json!({"merkle": doc["merkle"], "attestation": doc});
+        if let Some(prefix) = &self.log_origin {
+            tail["log"] = log_member(&self.store, &self.signer, prefix, &self.tenant, &self.period).await?;
+        }
+        let tail = serde_json::to_vec(&tail).unwrap_or_default();
         let mut out = b"],".to_vec();
         out.extend_from_slice(&tail[1..]);
         Ok(Some(out))
     }
+}
+
+/// `{"checkpoint", "consistencyFrom": null, "timestamp": null, "inclusion"}`: the checkpoint at
+/// the log's current size (at or after the period's `toSeq`) and the RFC 9162 inclusion proof of
+/// `toSeq` in its tree (null for a period without receipts).
+async fn log_member(
+    store: &Store,
+    signer: &Signer,
+    prefix: &str,
+    tenant: &str,
+    period: &Period,
+) -> Result<Value, StoreError> {
+    let fail = |e: crate::error::ApiError| StoreError::Other(e.message);
+    let c = checkpoint::current(store, signer, prefix, tenant).await.map_err(fail)?;
+    let inclusion = if period.to_seq >= period.from_seq.max(1) && period.to_seq <= c.size {
+        let p = tree::inclusion(store, tenant, c.size, period.to_seq - 1).await.map_err(fail)?;
+        json!({
+            "seq": period.to_seq, "leafIndex": period.to_seq - 1, "size": c.size,
+            "leafHash": hex::encode(p.from_root), "root": hex::encode(p.to_root),
+            "proof": p.path.iter().map(hex::encode).collect::<Vec<_>>(),
+        })
+    } else {
+        Value::Null
+    };
+    Ok(json!({"checkpoint": c.note, "consistencyFrom": null, "timestamp": null, "inclusion": inclusion}))
 }
 
 /// One receipt as the bundle lists it: the canonical members, then the chain fields.

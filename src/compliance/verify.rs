@@ -25,6 +25,7 @@ use crate::receipts::canonical::{self, Check, Receipt};
 use crate::receipts::merkle::{self, RootBuilder};
 use crate::receipts::signer::RegisteredKey;
 use crate::receipts::{Term, UpstreamStatus};
+use crate::tenant_log::checkpoint;
 
 /// One line of the report: what was checked and whether it held.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +208,9 @@ struct Parsed {
     keys: Option<Vec<KeyDoc>>,
     merkle: Option<Value>,
     attestation: Option<Value>,
+    /// The tenant log's checkpoint and the inclusion of `toSeq` (docs/log.md §6); older bundles
+    /// have none.
+    log: Option<Value>,
     chain: Option<Chain>,
     /// Receipts met before `anchor`/`signingKeys` (other member orders).
     held: Option<Vec<Entry>>,
@@ -303,6 +307,7 @@ impl<'de> Visitor<'de> for Top<'_> {
                 "signingKeys" => p.keys = Some(map.next_value()?),
                 "merkle" => p.merkle = Some(map.next_value()?),
                 "attestation" => p.attestation = Some(map.next_value()?),
+                "log" => p.log = Some(map.next_value()?),
                 "receipts" => map.next_value_seed(Receipts(p))?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -404,7 +409,53 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]]) -> Report {
         tree_head_ok(&p, &att, &root, leaf_count),
         "signed tree head: attestation.anchor.signature by its keyId over JCS({tenantId, fromSeq, toSeq, leafCount, root})",
     );
+    check_log(&mut report, &p, &chain.prev, (n > 0).then_some(to_seq).flatten());
     report
+}
+
+/// The bundle's `log` member (docs/log.md §6): the checkpoint is signed, under its origin, by a
+/// listed (or pinned) key, and the inclusion proof puts the period's last receipt (`last_hash`,
+/// seq `to_seq`) in the checkpoint's tree.
+fn check_log(report: &mut Report, p: &Parsed, last_hash: &str, to_seq: Option<u64>) {
+    let Some(log) = &p.log else {
+        report.line(true, "log: this bundle has no checkpoint (written before the tenant log)");
+        return;
+    };
+    let keys: Vec<[u8; 32]> = p
+        .keys
+        .iter()
+        .flatten()
+        .filter_map(|k| base64::engine::general_purpose::STANDARD.decode(&k.public_key).ok()?.try_into().ok())
+        .filter(|raw| p.pinned.is_empty() || p.pinned.contains(raw))
+        .collect();
+    let c = match checkpoint::open(log["checkpoint"].as_str().unwrap_or_default(), &keys) {
+        Ok(c) => c,
+        Err(e) => return report.line(false, format!("log: checkpoint: {e}")),
+    };
+    let ok_origin = p.tenant.as_deref().is_some_and(|t| c.origin().ends_with(&format!("/{t}")));
+    report.line(ok_origin, format!("log: checkpoint of {} at size {} signed by a listed key", c.origin(), c.size()));
+    let Some(to) = to_seq else {
+        return report.line(log["inclusion"].is_null(), "log: no receipt in the period to prove");
+    };
+    report.line(
+        inclusion_holds(&log["inclusion"], &c, last_hash, to),
+        format!("log: receipt seq {to} is in the checkpoint's tree (RFC 9162 inclusion proof)"),
+    );
+}
+
+fn inclusion_holds(inc: &Value, c: &tlog_tiles::checkpoint::Checkpoint, last_hash: &str, to: u64) -> bool {
+    let Some(leaf) = merkle::from_hex(last_hash) else { return false };
+    let leaf_hash = tlog_tiles::tlog::record_hash(&leaf);
+    let proof: Option<Vec<tlog_tiles::tlog::Hash>> = inc["proof"]
+        .as_array()
+        .map(|a| a.iter().map(|h| merkle::from_hex(h.as_str()?).map(tlog_tiles::tlog::Hash)).collect())
+        .unwrap_or_default();
+    let Some(proof) = proof else { return false };
+    inc["seq"] == to
+        && inc["size"] == c.size()
+        && inc["leafHash"] == hex::encode(leaf_hash.0)
+        && inc["root"] == hex::encode(c.hash().0)
+        && tlog_tiles::tlog::check_record(&proof, c.size(), *c.hash(), to - 1, leaf_hash).is_ok()
 }
 
 fn tree_head_ok(p: &Parsed, att: &Value, root: &str, leaf_count: u64) -> bool {

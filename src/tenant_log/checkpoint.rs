@@ -97,3 +97,17 @@ pub async fn current(store: &Store, key: &Signer, prefix: &str, tenant: &str) ->
     };
     Ok(checkpoints::publish(store, tenant, row).await?)
 }
+
+/// Opens a signed checkpoint with the first of `keys` (raw Ed25519 public keys) that signed it
+/// under the note's own origin: the checkpoint, or what did not hold.
+pub fn open(note: &str, keys: &[[u8; 32]]) -> Result<tlog_tiles::checkpoint::Checkpoint, String> {
+    let parsed = signed_note::Note::from_bytes(note.as_bytes()).map_err(|e| format!("not a signed note: {e}"))?;
+    let c = tlog_tiles::checkpoint::Checkpoint::from_bytes(parsed.text()).map_err(|e| format!("{e}"))?;
+    for k in keys {
+        let Ok(v) = signed_note::StandardVerifier::new(&verifier_key(c.origin(), k)) else { continue };
+        if parsed.verify(&signed_note::VerifierList::new(vec![Box::new(v)])).is_ok() {
+            return Ok(c);
+        }
+    }
+    Err(format!("no listed key signed the checkpoint of `{}`", c.origin()))
+}

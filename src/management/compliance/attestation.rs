@@ -236,8 +236,9 @@ pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {
     let filename = format!("evidence-bundle-seq-{}-{}.json", period.from_seq, period.to_seq);
     let packs = packs_in_force(app, tenant);
     let memo_key = MemoKey::from_master(&app.master);
-    let writer =
-        BundleWriter::start(&app.store, tenant, period, registry, packs, app.signer.clone(), Some(&memo_key)).await?;
+    let writer = BundleWriter::start(&app.store, tenant, period, registry, packs, app.signer.clone(), Some(&memo_key))
+        .await?
+        .with_log(&app.log_origin);
     let headers = vec![
         ("content-type", "application/json".to_string()),
         ("content-disposition", format!("attachment; filename=\"{filename}\"")),
