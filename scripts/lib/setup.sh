@@ -145,3 +145,12 @@ ensure_python_venv() {
   python3 -c 'import venv, ensurepip' 2>/dev/null && return 0
   _setup_apt_install python3-venv || _setup_say "python3 venv support missing (Debian: apt-get install python3-venv)"
 }
+
+# tests/go_tlog.rs checks the tenant log with Go's reference packages (golang.org/x/mod/sumdb/note
+# and tlog), built in GOPATH mode from Debian's golang-golang-x-mod-dev (no Go module proxy is
+# needed). Without root this only reports: the test then skips unless TOLLGATE_REQUIRE_GO=1.
+ensure_go_tlog() {
+  command -v go >/dev/null && [ -d /usr/share/gocode/src/golang.org/x/mod/sumdb/tlog ] && return 0
+  _setup_apt_install golang-go golang-golang-x-mod-dev \
+    || _setup_say "Go's sumdb packages missing (Debian: apt-get install golang-go golang-golang-x-mod-dev)"
+}
