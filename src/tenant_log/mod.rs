@@ -6,8 +6,10 @@
 
 pub mod audit;
 pub mod checkpoint;
+pub mod cosignature;
 pub mod tile_path;
 pub mod tree;
+pub mod witness;
 
 #[cfg(test)]
 mod tests;
