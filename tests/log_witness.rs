@@ -84,6 +84,31 @@ fn checkpoints_are_cosigned_by_witnesses_and_a_witness_down_blocks_nothing() {
     wait_until("the catch-up cosignature", || checkpoint(&g).contains(&format!("— {} ", w.name)));
     let list = g.get_json(&g.key, "/v1/log/checkpoints?limit=1");
     assert!(list["data"][0]["checkpoint"].as_str().unwrap().contains(&format!("— {} ", w.name)));
+
+    // The auditor's tool requires the cosignature of each witness key it is given.
+    let state = g.dir.join("audit");
+    let url = format!("http://{}", g.mgmt);
+    let audit = |vkey: &str| {
+        let args = [
+            "log",
+            "audit",
+            "--url",
+            &url,
+            "--key",
+            &g.key,
+            "--state",
+            state.to_str().unwrap(),
+            "--verifier-key",
+            vkey,
+        ];
+        let out = g.cli(&args);
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    let (ok, out) = audit(&w.verifier_key());
+    assert!(ok, "{out}");
+    let other = Witness::start("other.witness", 4);
+    let (ok, out) = audit(&other.verifier_key());
+    assert!(!ok && out.contains("no valid cosignature by witness `other.witness`"), "{out}");
 }
 
 #[test]
