@@ -6,7 +6,9 @@
 
 pub mod audit;
 pub mod checkpoint;
+pub mod publisher;
 pub mod tile_path;
+pub mod timestamp;
 pub mod tree;
 
 #[cfg(test)]
