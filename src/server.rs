@@ -156,7 +156,7 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     add_listeners(&mut server, &app)?;
     // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
     writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
-    add_background(&mut server, app);
+    add_background(&mut server, app)?;
     Ok(server)
 }
 
@@ -191,8 +191,16 @@ fn add_listeners(server: &mut Server, app: &Arc<App>) -> Result<(), StartError> 
     Ok(())
 }
 
-fn add_background(server: &mut Server, app: Arc<App>) {
+fn add_background(server: &mut Server, app: Arc<App>) -> Result<(), StartError> {
     server.add_service(background_service("policy files", PolicyWatcher { app: app.clone() }));
+    let publisher = crate::tenant_log::publisher::Publisher::new(
+        &app.config.log,
+        app.store.clone(),
+        app.signer.clone(),
+        app.log_origin.clone(),
+    )
+    .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
+    server.add_service(background_service("log publisher", publisher));
     if app.config.storage.chain_audit_seconds > 0 {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
@@ -215,6 +223,7 @@ fn add_background(server: &mut Server, app: Arc<App>) {
         server.add_service(background_service("shared state", SharedStateWatch { cluster, store, snapshot }));
     }
     server.add_service(background_service("snapshot refresh", Refresher { app }));
+    Ok(())
 }
 
 /// Runs the server until SIGTERM (or SIGINT) has been handled, then waits (bounded) for the

@@ -7,7 +7,9 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod cosignature;
+pub mod publisher;
 pub mod tile_path;
+pub mod timestamp;
 pub mod tree;
 pub mod witness;
 
