@@ -394,18 +394,28 @@ pub fn batch_ends(records: &[Record]) -> impl Iterator<Item = &Record> {
     records.chunk_by(|a, b| a.tenant_id() == b.tenant_id()).filter_map(<[Record]>::last)
 }
 
-/// Each tenant's log growth in `records` (a tenant's records in chain order, tenants possibly
-/// interleaved): the tiles they complete are written beside them (`store::tiles`).
+/// The log growths in `records` (a tenant's records in chain order, tenants possibly
+/// interleaved) that complete a tile: the tiles they complete are written beside them
+/// (`store::tiles`). Only those tenants' leaves are decoded: most batches complete none.
 fn growths<R: std::borrow::Borrow<Record>>(records: &[R]) -> Vec<super::tiles::Growth> {
-    let mut out: Vec<super::tiles::Growth> = Vec::new();
+    let mut spans: Vec<(&str, u64, u64)> = Vec::new(); // tenant, first seq, last seq
     for r in records.iter().map(std::borrow::Borrow::borrow) {
-        let leaf = super::tiles::leaf_data(r.this_hash());
-        match out.iter_mut().find(|g| &*g.tenant == r.tenant_id()) {
-            Some(g) => g.leaves.push(leaf),
-            None => out.push(super::tiles::Growth { tenant: r.head().0, old: r.seq() - 1, leaves: vec![leaf] }),
+        match spans.iter_mut().find(|s| s.0 == r.tenant_id()) {
+            Some(s) => s.2 = r.seq(),
+            None => spans.push((r.tenant_id(), r.seq(), r.seq())),
         }
     }
-    out
+    let tile = super::tiles::WIDTH;
+    spans
+        .into_iter()
+        .filter(|&(_, first, last)| last / tile > (first - 1) / tile)
+        .map(|(tenant, first, _)| {
+            let mine = records.iter().map(std::borrow::Borrow::borrow).filter(|r| r.tenant_id() == tenant);
+            let leaves = mine.clone().map(|r| super::tiles::leaf_data(r.this_hash())).collect();
+            let tenant = mine.map(|r| r.head().0).next().expect("a span has a record");
+            super::tiles::Growth { tenant, old: first - 1, leaves }
+        })
+        .collect()
 }
 
 /// Each tenant's newest record among any records (a tenant's records are in chain order): its
