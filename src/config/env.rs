@@ -67,6 +67,7 @@ fn receipts_and_cluster(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError
     flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
     number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
     text(var, "TOLLGATE_LOG_ORIGIN_PREFIX", &mut cfg.log.origin_prefix);
+    number(var, "TOLLGATE_LOG_RETENTION_FLOOR_DAYS", &mut cfg.log.retention_floor_days)?;
     Ok(())
 }
 
