@@ -27,6 +27,8 @@ pub struct App {
     pub signer: Arc<Signer>,
     /// The tenant log's origin prefix (`log.origin_prefix`, else `tollgate-<installId>`).
     pub log_origin: String,
+    /// The tenant log's witnesses (`log.witnesses`); `None` when none are configured.
+    pub witnesses: Option<Arc<crate::tenant_log::witness::Witnesses>>,
     /// The exact-match answer cache (outlives policy reloads).
     pub cache: Arc<crate::checks::cache::AnswerCache>,
     /// State shared with the other gateway processes (Redis); `None` in one process.

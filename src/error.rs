@@ -202,6 +202,15 @@ impl ApiError {
     pub fn forbidden() -> Self {
         Self::new(ErrorKind::Forbidden, "this operation needs a manager key")
     }
+    /// What an auditor key may not do (docs/log.md §8).
+    pub fn auditor_refused(what: &str) -> Self {
+        Self::new(
+            ErrorKind::Forbidden,
+            format!(
+                "{what}: auditor keys only read (GET the receipt, log, compliance, analytics and audit-event routes)"
+            ),
+        )
+    }
     pub fn not_found(what: &str) -> Self {
         Self::new(ErrorKind::NotFound, format!("{what} not found"))
     }

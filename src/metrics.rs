@@ -28,6 +28,8 @@ pub struct Metrics {
     pub attestation_memo_spans_written: IntCounter,
     pub tool_calls: IntCounterVec,
     pub webhook_deliveries: IntCounterVec,
+    /// Witness exchanges that kept no cosignature, by witness and reason (docs/log.md §5).
+    pub witness_failures: IntCounterVec,
     pub change_notices: IntCounterVec,
 }
 
@@ -136,6 +138,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["result"]
     )
     .expect("register tollgate_webhook_deliveries_total"),
+    witness_failures: register_int_counter_vec!(
+        "tollgate_witness_failures_total",
+        "Witness exchanges that kept no cosignature, by witness and reason",
+        &["witness", "reason"]
+    )
+    .expect("register tollgate_witness_failures_total"),
     change_notices: register_int_counter_vec!(
         "tollgate_change_notices_total",
         "PostgreSQL change notices sent after a management change, and received from other processes",

@@ -93,8 +93,11 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let tokens = Arc::new(crate::providers::TokenCache::new(upstream.clone(), Default::default()));
     let cfg_dir = cfg.storage.data_dir.clone();
     let log_origin = rt.block_on(crate::tenant_log::checkpoint::origin_prefix(&store, &cfg.log.origin_prefix))?;
+    let witnesses = crate::tenant_log::witness::Witnesses::from_config(&cfg.log)
+        .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
     let app = Arc::new(App {
         log_origin,
+        witnesses,
         upstream,
         tokens,
         config: cfg,
@@ -200,6 +203,9 @@ fn add_background(server: &mut Server, app: Arc<App>) {
         app.upstream.clone(),
     );
     server.add_service(background_service("webhook sender", webhooks));
+    if app.witnesses.is_some() {
+        server.add_service(background_service("witnesses", WitnessSender { app: app.clone() }));
+    }
     server.add_service(background_service("log retention", RetentionSweeper { app: app.clone() }));
     if app.store.backend() == store::Backend::Postgres {
         server.add_service(background_service("change notices", crate::notices::Listener { app: app.clone() }));
@@ -310,6 +316,19 @@ impl Refresher {
 /// attestations over them are warm.
 struct ChainAuditor {
     app: Arc<App>,
+}
+
+/// Sends published checkpoints to the log's witnesses (`tenant_log::witness`).
+struct WitnessSender {
+    app: Arc<App>,
+}
+
+#[async_trait]
+impl BackgroundService for WitnessSender {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let Some(w) = self.app.witnesses.clone() else { return };
+        w.run(&self.app.store, &self.app.upstream, || *shutdown.borrow()).await;
+    }
 }
 
 #[async_trait]

@@ -55,6 +55,10 @@ impl KeyEntry {
     pub fn is_manager(&self) -> bool {
         self.record.role == "manager"
     }
+    /// An auditor key (docs/log.md §8): reads evidence, calls nothing, changes nothing.
+    pub fn is_auditor(&self) -> bool {
+        self.record.role == "auditor"
+    }
     pub fn tenant_id(&self) -> &str {
         &self.record.tenant_id
     }

@@ -72,6 +72,10 @@ fn retention_routes(g: &Gateway) {
     let (_, developer) = g.create_key("developer");
     assert_eq!(put(&developer, json!({"days": 365})).status, 403);
     assert_eq!(g.mgmt("GET", "/v1/log/retention", Some(&developer), None).status, 200);
+    let (_, auditor) = g.new_key(&g.key, &json!({"label": "auditor", "role": "auditor"}));
+    assert_eq!(g.mgmt("GET", "/v1/log/retention", Some(&auditor), None).status, 200, "an auditor reads it");
+    assert_eq!(g.mgmt("GET", "/v1/log/holds", Some(&auditor), None).status, 200);
+    assert_eq!(put(&auditor, json!({"days": 365})).status, 403, "and changes nothing");
     let r = put(&g.key, json!({"days": 365}));
     assert_eq!((r.status, r.json()["days"].clone()), (200, json!(365)), "{}", r.text());
     let r = put(&g.key, json!({"days": null}));

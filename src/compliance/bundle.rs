@@ -195,7 +195,8 @@ async fn log_member(
     } else {
         Value::Null
     };
-    Ok(json!({"checkpoint": c.note, "consistencyFrom": null, "timestamp": null, "inclusion": inclusion}))
+    let note = checkpoint::served(store, tenant, &c).await.map_err(fail)?;
+    Ok(json!({"checkpoint": note, "consistencyFrom": null, "timestamp": null, "inclusion": inclusion}))
 }
 
 /// One receipt as the bundle lists it: the canonical members, then the chain fields.

@@ -67,8 +67,25 @@ fn receipts_and_cluster(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError
     flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
     number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
     text(var, "TOLLGATE_LOG_ORIGIN_PREFIX", &mut cfg.log.origin_prefix);
+    number(var, "TOLLGATE_LOG_WITNESS_STALE_SECONDS", &mut cfg.log.witness_stale_seconds)?;
+    if let Some(v) = var("TOLLGATE_LOG_WITNESSES") {
+        cfg.log.witnesses = witnesses(&v)?;
+    }
     number(var, "TOLLGATE_LOG_RETENTION_FLOOR_DAYS", &mut cfg.log.retention_floor_days)?;
     Ok(())
+}
+
+/// `name|url|verifier_key`, several separated by `,` (empty: none).
+fn witnesses(v: &str) -> Result<Vec<super::tenant_log::WitnessConfig>, ConfigError> {
+    v.split(',')
+        .filter(|w| !w.trim().is_empty())
+        .map(|w| match w.trim().split('|').collect::<Vec<_>>()[..] {
+            [name, url, key] => {
+                Ok(super::tenant_log::WitnessConfig { name: name.into(), url: url.into(), verifier_key: key.into() })
+            }
+            _ => Err(invalid("TOLLGATE_LOG_WITNESSES", "must be name|url|verifier_key, several separated by commas")),
+        })
+        .collect()
 }
 
 fn webhooks_and_billing(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {

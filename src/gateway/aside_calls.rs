@@ -68,6 +68,9 @@ impl Gateway {
         aside: Aside,
     ) -> Result<SideCall, ApiError> {
         let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        if key.is_auditor() {
+            return Err(ApiError::auditor_refused("the gateway"));
+        }
         key.touch();
         match aside {
             Aside::Models => Ok(SideCall::Answered(self.model_list(session, ctx, &key)?)),

@@ -241,6 +241,9 @@ impl Gateway {
     ) -> Result<McpAdmitted, ApiError> {
         // The key is put into `ctx` only for a `tools/call`: that alone leaves a receipt.
         let key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned().ok_or_else(ApiError::unauthorized)?;
+        if key.is_auditor() {
+            return Err(ApiError::auditor_refused("the gateway"));
+        }
         key.touch();
         // Another tenant's server is not found, exactly like a name nobody registered.
         let server = ctx.snap.tool_server(key.tenant_id(), name).cloned().ok_or_else(|| {

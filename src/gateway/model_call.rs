@@ -140,6 +140,11 @@ impl Gateway {
     pub(super) async fn admit_model_call(&self, session: &mut Session, ctx: &mut Ctx) -> Result<ModelCall, ApiError> {
         // An unknown route answers 404 with or without a key; with a valid one it has a receipt.
         ctx.key = presented_key(session).and_then(|k| ctx.snap.key(k)).cloned();
+        if ctx.key.as_ref().is_some_and(|k| k.is_auditor()) {
+            // Refused before anything is read: an auditor's attempt leaves no receipt, like a 401.
+            ctx.key = None;
+            return Err(ApiError::auditor_refused("the gateway"));
+        }
         let req = session.req_header();
         let route = Route::resolve(&req.method, req.uri.path())
             .ok_or_else(|| ApiError::not_found(&format!("route {} {}", req.method, req.uri.path())))?;

@@ -26,6 +26,8 @@ pub(super) enum KeyClass {
 pub(super) enum Role {
     Manager,
     Developer,
+    /// Reads evidence only (docs/log.md §8).
+    Auditor,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -123,6 +123,9 @@ impl ManagementApp {
         let segs = req.seg();
         let not_found = || ApiError::not_found(&format!("route /{}", req.segments.join("/")));
         match routes::find(req.method.as_str(), &segs) {
+            Found::Route(r, _) if caller.key.is_auditor() && !routes::auditor_may(r) => {
+                Err(ApiError::auditor_refused(&format!("{} {}", r.method, r.path)))
+            }
             Found::Route(r, params) => match r.serve {
                 Serve::Keyed(handler) => handler(Call { app: &self.app, caller, req, params }).await,
                 Serve::Public(_) => Err(not_found()),

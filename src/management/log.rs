@@ -24,7 +24,8 @@ const NOTE_TYPE: &str = "text/plain; charset=utf-8";
         every receipt whose answer was sent", content_type = "text/plain; charset=utf-8", body = String), Authenticated))]
 pub async fn checkpoint(app: &App, caller: &Caller) -> Handled {
     let c = checkpoint::current(&app.store, &app.signer, &app.log_origin, caller.tenant()).await?;
-    Ok(Reply::Bytes { headers: vec![("content-type", NOTE_TYPE.into())], body: c.note.into_bytes() })
+    let note = checkpoint::served(&app.store, caller.tenant(), &c).await?;
+    Ok(Reply::Bytes { headers: vec![("content-type", NOTE_TYPE.into())], body: note.into_bytes() })
 }
 
 /// One published checkpoint.
@@ -55,16 +56,17 @@ pub async fn checkpoints(app: &App, caller: &Caller, req: &Req) -> Handled {
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next_cursor = if more { rows.last().map(|r| r.size.to_string()) } else { None };
-    let data = rows
-        .into_iter()
-        .map(|r| PublishedCheckpoint {
+    let mut data = Vec::with_capacity(rows.len());
+    for r in rows {
+        let checkpoint = checkpoint::served(&app.store, caller.tenant(), &r).await?;
+        data.push(PublishedCheckpoint {
             size: r.size,
             root: r.root,
-            checkpoint: r.note,
+            checkpoint,
             key_id: r.key_id,
             created_at: r.created_at,
-        })
-        .collect();
+        });
+    }
     Ok(Reply::json(200, &Page { data, next_cursor }))
 }
 

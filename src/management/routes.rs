@@ -201,6 +201,16 @@ pub const ROUTES: &[Route] = &[
     r("DELETE", "/v1/log/holds/{id}", Keyed(|c| Box::pin(retention::delete_hold(c.app, c.caller, c.params[0])))),
 ];
 
+/// The paths an auditor key may `GET` (docs/log.md §8): receipts, the log, compliance
+/// evidence, analytics and audit events. Everything else answers it 403.
+const AUDITOR_READS: &[&str] =
+    &["/v1/receipts", "/v1/log/", "/v1/compliance/", "/v1/anomalies", "/v1/cache", "/v1/audit-events"];
+
+/// Whether an auditor key may call `route`.
+pub fn auditor_may(route: &Route) -> bool {
+    route.method == "GET" && AUDITOR_READS.iter().any(|p| route.path.starts_with(p))
+}
+
 /// The outcome of looking a request up.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Found<'a> {

@@ -64,10 +64,23 @@ pub async fn get(app: &App) -> Handled {
     components.push(policies_component(app));
     components.push(webhooks_component(app).await);
     components.push(shared_state_component(app));
+    components.push(witnesses_component(app));
 
     let overall = overall(&components);
     let updated = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     Ok(Reply::json(200, &StatusReport { status: overall, components, updated_at: updated }))
+}
+
+/// The tenant log's witnesses (docs/log.md §5): degraded while one has not cosigned for
+/// `log.witness_stale_seconds`; a witness never takes the service down.
+fn witnesses_component(app: &App) -> Component {
+    match &app.witnesses {
+        None => component("witnesses", "background", UNCONFIGURED, false, "no log.witnesses configured".into()),
+        Some(w) => {
+            let (status, detail) = w.status();
+            component("witnesses", "background", status, false, detail)
+        }
+    }
 }
 
 fn gateway_component(app: &App) -> Component {

@@ -95,3 +95,98 @@ pub async fn page(
         })
         .await
 }
+
+/// Every tenant's newest published checkpoint.
+pub async fn newest_per_tenant(store: &Store) -> Result<Vec<(String, CheckpointRow)>, StoreError> {
+    store
+        .run(|pool, _| async move {
+            let sql = "SELECT c.tenant_id, c.size, c.root, c.note, c.key_id, c.created_at FROM log_checkpoints c \
+                 JOIN (SELECT tenant_id, MAX(size) AS size FROM log_checkpoints GROUP BY tenant_id) n \
+                 ON n.tenant_id = c.tenant_id AND n.size = c.size";
+            let rows = sqlx::query(sql).fetch_all(&pool).await?;
+            rows.iter()
+                .map(|r| {
+                    let row = CheckpointRow {
+                        size: r.try_get::<i64, _>(1)?.max(0) as u64,
+                        root: r.try_get(2)?,
+                        note: r.try_get(3)?,
+                        key_id: r.try_get(4)?,
+                        created_at: r.try_get(5)?,
+                    };
+                    Ok((r.try_get::<String, _>(0)?, row))
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+        .await
+}
+
+/// The newest checkpoint size `witness` cosigned of `tenant`'s log (0: none).
+pub async fn witnessed_size(store: &Store, tenant: &str, witness: &str) -> Result<u64, StoreError> {
+    let (t, w) = (tenant.to_string(), witness.to_string());
+    store
+        .run(move |pool, _| async move {
+            let row = sqlx::query("SELECT size FROM log_witness_state WHERE tenant_id = $1 AND witness = $2")
+                .bind(t)
+                .bind(w)
+                .fetch_optional(&pool)
+                .await?;
+            Ok(row.map_or(0, |r| r.get::<i64, _>(0).max(0) as u64))
+        })
+        .await
+}
+
+/// Keeps a verified cosignature of checkpoint `size` and moves the witness's state to it.
+pub async fn add_cosignature(
+    store: &Store,
+    tenant: &str,
+    size: u64,
+    witness: &str,
+    line: &str,
+) -> Result<(), StoreError> {
+    let (t, w, l, now) = (tenant.to_string(), witness.to_string(), line.to_string(), super::now_ts());
+    store
+        .run(move |pool, _| async move {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO log_cosignatures (tenant_id, size, witness, line) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (tenant_id, size, witness) DO UPDATE SET line = excluded.line",
+            )
+            .bind(t.clone())
+            .bind(size as i64)
+            .bind(w.clone())
+            .bind(l)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO log_witness_state (tenant_id, witness, size, cosigned_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (tenant_id, witness) DO UPDATE SET size = excluded.size, cosigned_at = excluded.cosigned_at \
+                 WHERE log_witness_state.size < excluded.size",
+            )
+            .bind(t)
+            .bind(w)
+            .bind(size as i64)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+}
+
+/// The kept cosignature lines of checkpoint `size`, in witness name order.
+pub async fn cosignatures(store: &Store, tenant: &str, size: u64) -> Result<Vec<String>, StoreError> {
+    let t = tenant.to_string();
+    store
+        .run(move |pool, _| async move {
+            let rows =
+                sqlx::query("SELECT line FROM log_cosignatures WHERE tenant_id = $1 AND size = $2 ORDER BY witness")
+                    .bind(t)
+                    .bind(size as i64)
+                    .fetch_all(&pool)
+                    .await?;
+            Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+        })
+        .await
+}

@@ -12,6 +12,7 @@ use tlog_tiles::checkpoint::Checkpoint;
 use tlog_tiles::tile::{Tile, TileHashReader, TileReader};
 use tlog_tiles::tlog::{self, record_hash, stored_hash_index, Hash, HashReader};
 
+use super::cosignature::CosignatureKey;
 use super::tile_path::{self, TilePath};
 use super::tree::HEIGHT;
 
@@ -34,11 +35,15 @@ const KEYS_FILE: &str = "verifier-keys";
 
 /// Audits the log behind `fetch` against the state in `dir` and saves the new state.
 pub fn audit(fetch: &impl Fetch, dir: &Path, given: &[String]) -> Result<Audited, String> {
-    let keys = trusted_keys(fetch, dir, given)?;
+    let (given_log, given_witnesses) = split_keys(given);
+    let keys = trusted_keys(fetch, dir, &given_log)?;
     let note_text = ok_body(fetch, "/v1/log/checkpoint")?;
     let note = signed_note::Note::from_bytes(&note_text).map_err(|e| format!("checkpoint: not a signed note: {e}"))?;
-    let verifiers = verifier_list(&keys)?;
-    note.verify(&verifiers).map_err(|e| format!("checkpoint signature: {e}"))?;
+    let (log_keys, saved_witnesses) = split_keys(&keys);
+    let log_keys = if given_log.is_empty() { log_keys } else { given_log };
+    let witnesses: Vec<CosignatureKey> = given_witnesses.into_iter().chain(saved_witnesses).collect();
+    note.verify(&verifier_list(&log_keys)?).map_err(|e| format!("checkpoint signature: {e}"))?;
+    cosigned(&note_text, note.text(), &witnesses)?;
     let new = Checkpoint::from_bytes(note.text()).map_err(|e| format!("checkpoint: {e}"))?;
     let old = saved_checkpoint(dir)?;
     if let Some(old) = &old {
@@ -46,7 +51,11 @@ pub fn audit(fetch: &impl Fetch, dir: &Path, given: &[String]) -> Result<Audited
     }
     let from = old.as_ref().map_or(0, Checkpoint::size);
     check_leaves(fetch, &new, from)?;
-    save(dir, &note_text, &keys)?;
+    let mut kept = keys;
+    kept.extend(given.iter().filter(|k| CosignatureKey::parse(k).is_ok()).cloned());
+    kept.sort();
+    kept.dedup();
+    save(dir, &note_text, &kept)?;
     Ok(Audited { origin: new.origin().to_string(), size: new.size(), since: old.map(|o| o.size()) })
 }
 
@@ -69,6 +78,30 @@ fn trusted_keys(fetch: &impl Fetch, dir: &Path, given: &[String]) -> Result<Vec<
     let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("verifier keys: {e}"))?;
     let keys = v["keys"].as_array().ok_or("verifier keys: no `keys` list")?;
     Ok(keys.iter().filter_map(|k| k["verifierKey"].as_str().map(str::to_string)).collect())
+}
+
+/// The log's keys (signed-note Ed25519, type 0x01) apart from witnesses' cosignature keys
+/// (type 0x04, C2SP tlog-cosignature).
+fn split_keys(keys: &[String]) -> (Vec<String>, Vec<CosignatureKey>) {
+    let (mut log, mut witnesses) = (Vec::new(), Vec::new());
+    for k in keys {
+        match CosignatureKey::parse(k) {
+            Ok(w) => witnesses.push(w),
+            Err(_) => log.push(k.clone()),
+        }
+    }
+    (log, witnesses)
+}
+
+/// Each witness key given must have a valid cosignature line on the checkpoint.
+fn cosigned(note: &[u8], body: &[u8], witnesses: &[CosignatureKey]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(note);
+    for w in witnesses {
+        if !text.lines().any(|l| w.verify(body, l).is_some()) {
+            return Err(format!("checkpoint: no valid cosignature by witness `{}`", w.name));
+        }
+    }
+    Ok(())
 }
 
 fn verifier_list(keys: &[String]) -> Result<signed_note::VerifierList, String> {

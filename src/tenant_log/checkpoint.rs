@@ -111,3 +111,13 @@ pub fn open(note: &str, keys: &[[u8; 32]]) -> Result<tlog_tiles::checkpoint::Che
     }
     Err(format!("no listed key signed the checkpoint of `{}`", c.origin()))
 }
+
+/// The checkpoint as served: the log's note followed by the witnesses' kept cosignature lines.
+pub async fn served(store: &Store, tenant: &str, c: &CheckpointRow) -> Result<String, ApiError> {
+    let mut note = c.note.clone();
+    for line in checkpoints::cosignatures(store, tenant, c.size).await? {
+        note.push_str(&line);
+        note.push('\n');
+    }
+    Ok(note)
+}

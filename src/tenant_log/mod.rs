@@ -6,9 +6,11 @@
 
 pub mod audit;
 pub mod checkpoint;
+pub mod cosignature;
 pub mod retention;
 pub mod tile_path;
 pub mod tree;
+pub mod witness;
 
 #[cfg(test)]
 mod tests;

@@ -44,6 +44,11 @@ impl Receiver {
     }
 
     pub fn start(script: Script) -> Receiver {
+        Receiver::start_typed(script, "application/json")
+    }
+
+    /// [`Receiver::start`] answering with `content_type` instead of JSON's.
+    pub fn start_typed(script: Script, content_type: &'static str) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -53,7 +58,7 @@ impl Receiver {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { return };
                 let (l, s) = (l.clone(), s.clone());
-                std::thread::spawn(move || serve(conn, l, s));
+                std::thread::spawn(move || serve(conn, l, s, content_type));
             }
         });
         Receiver { addr, log, script }
@@ -85,7 +90,7 @@ impl Receiver {
     }
 }
 
-fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Script>>) {
+fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Script>>, content_type: &str) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
     let mut w = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
@@ -124,7 +129,7 @@ fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Scri
         };
         let (status, text) = (script.lock().unwrap())(n, &rec);
         let head =
-            format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", text.len());
+            format!("HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n", text.len());
         if w.write_all(head.as_bytes()).and_then(|_| w.write_all(text.as_bytes())).is_err() {
             return;
         }
