@@ -31,6 +31,9 @@ pub struct Metrics {
     /// Witness exchanges that kept no cosignature, by witness and reason (docs/log.md §5).
     pub witness_failures: IntCounterVec,
     pub change_notices: IntCounterVec,
+    pub log_checkpoints_published: IntCounter,
+    pub log_timestamps: IntCounter,
+    pub log_timestamp_failures: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -150,6 +153,22 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["direction"]
     )
     .expect("register tollgate_change_notices_total"),
+    log_checkpoints_published: register_int_counter!(
+        "tollgate_log_checkpoints_published_total",
+        "Checkpoints handed to the publisher's `published` step (log.md §2)"
+    )
+    .expect("register tollgate_log_checkpoints_published_total"),
+    log_timestamps: register_int_counter!(
+        "tollgate_log_timestamps_total",
+        "RFC 3161 timestamps of checkpoints checked and kept (log.md §6)"
+    )
+    .expect("register tollgate_log_timestamps_total"),
+    log_timestamp_failures: register_int_counter_vec!(
+        "tollgate_log_timestamp_failures_total",
+        "Timestamp requests that gave nothing to keep: unreachable, http_status, refused, invalid, untrusted",
+        &["reason"]
+    )
+    .expect("register tollgate_log_timestamp_failures_total"),
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.

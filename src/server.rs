@@ -18,7 +18,7 @@ use crate::gateway::Gateway;
 use crate::management::ManagementApp;
 use crate::providers::pricing::Pricing;
 use crate::receipts::signer::Signer;
-use crate::receipts::writer::ReceiptWriter;
+use crate::receipts::writer::{ReceiptQueue, ReceiptWriter};
 use crate::secrets::at_rest::MasterKey;
 use crate::snapshot::{Snapshot, SnapshotHandle};
 use crate::store::{self, Store};
@@ -53,13 +53,7 @@ pub struct Prepared {
 pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let cfg = Arc::new(cfg);
     let rt = store::db_runtime();
-    let store = rt.block_on(Store::connect(&cfg.database_url()))?;
-    rt.block_on(store.migrate())?;
-    let built = rt.block_on(store::tiles::backfill(&store))?;
-    if built > 0 {
-        log::info!("built {built} log tiles of receipts written before them (docs/log.md)");
-    }
-    rt.block_on(bootstrap_first_tenant(&store))?;
+    let store = open_store(&cfg)?;
     let master =
         Arc::new(MasterKey::load(std::env::var("TOLLGATE_MASTER_KEY").ok().as_deref(), &cfg.master_key_path())?);
     let pricing = Arc::new(Pricing::from_config(&cfg)?);
@@ -70,17 +64,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let ledger = Arc::new(rt.block_on(Ledger::load(&store))?);
     let signer = Arc::new(Signer::load_or_create(&cfg.signing_key_path())?);
     rt.block_on(crate::receipts::signer::register(&store, &signer))?;
-    // The baseline set of this binary stays resolvable for receipts stamped with it.
-    let baseline = crate::compliance::pack::baseline_set();
-    rt.block_on(crate::compliance::pack_sets::record(&store, crate::store::packs::BASELINE_TENANT, baseline))?;
-    let commit_timeout = std::time::Duration::from_millis(cfg.receipts.commit_timeout_ms.max(1));
-    let checkpoint_every = std::time::Duration::from_millis(cfg.receipts.wal_checkpoint_ms);
-    let journal = cfg.receipts.journal.then(|| std::time::Duration::from_millis(cfg.receipts.journal_apply_ms.max(1)));
-    if journal.is_some() && store.sqlite_file().is_none() {
-        log::warn!("receipts.journal applies to SQLite only; on PostgreSQL every batch commits to the database");
-    }
-    let options = crate::receipts::writer::Options { commit_timeout, checkpoint_every, journal };
-    let (receipts, writer) = crate::receipts::writer::channel_with(store.clone(), signer.clone(), options)?;
+    let (receipts, writer) = receipt_writer(&cfg, &store, &signer)?;
     let cache =
         Arc::new(crate::checks::cache::AnswerCache::new(cfg.limits.cache_max_bytes, cfg.limits.cache_max_entry_bytes));
     let cluster = crate::checks::shared::Cluster::connect(&cfg.cluster, cfg.limits.cache_max_entry_bytes)
@@ -91,10 +75,10 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
     let telemetry = crate::telemetry::Tracing::from_config(&cfg.telemetry).map_err(StartError::Telemetry)?;
     let upstream = Arc::new(UpstreamClient::new(App::upstream_timeouts(&cfg), &cfg.upstream.ca_file));
     let tokens = Arc::new(crate::providers::TokenCache::new(upstream.clone(), Default::default()));
-    let cfg_dir = cfg.storage.data_dir.clone();
     let log_origin = rt.block_on(crate::tenant_log::checkpoint::origin_prefix(&store, &cfg.log.origin_prefix))?;
     let witnesses = crate::tenant_log::witness::Witnesses::from_config(&cfg.log)
         .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
+    let local_gateway = App::local_gateway_path(&cfg.storage.data_dir);
     let app = Arc::new(App {
         log_origin,
         witnesses,
@@ -111,9 +95,41 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
         cluster,
         telemetry,
         started: Instant::now(),
-        local_gateway: App::local_gateway_path(&cfg_dir),
+        local_gateway,
     });
     Ok(Prepared { app, writer })
+}
+
+/// The database, migrated, the log tiles of older receipts built, the first tenant made on an
+/// empty one, and this binary's baseline pack set recorded (receipts stamped with it resolve).
+fn open_store(cfg: &Config) -> Result<Store, StartError> {
+    let rt = store::db_runtime();
+    let store = rt.block_on(Store::connect(&cfg.database_url()))?;
+    rt.block_on(store.migrate())?;
+    let built = rt.block_on(store::tiles::backfill(&store))?;
+    if built > 0 {
+        log::info!("built {built} log tiles of receipts written before them (docs/log.md)");
+    }
+    rt.block_on(bootstrap_first_tenant(&store))?;
+    let baseline = crate::compliance::pack::baseline_set();
+    rt.block_on(crate::compliance::pack_sets::record(&store, crate::store::packs::BASELINE_TENANT, baseline))?;
+    Ok(store)
+}
+
+/// The receipt writer and its queue, as `receipts:` says.
+fn receipt_writer(
+    cfg: &Config,
+    store: &Store,
+    signer: &Arc<Signer>,
+) -> Result<(ReceiptQueue, ReceiptWriter), StartError> {
+    let commit_timeout = std::time::Duration::from_millis(cfg.receipts.commit_timeout_ms.max(1));
+    let checkpoint_every = std::time::Duration::from_millis(cfg.receipts.wal_checkpoint_ms);
+    let journal = cfg.receipts.journal.then(|| std::time::Duration::from_millis(cfg.receipts.journal_apply_ms.max(1)));
+    if journal.is_some() && store.sqlite_file().is_none() {
+        log::warn!("receipts.journal applies to SQLite only; on PostgreSQL every batch commits to the database");
+    }
+    let options = crate::receipts::writer::Options { commit_timeout, checkpoint_every, journal };
+    Ok(crate::receipts::writer::channel_with(store.clone(), signer.clone(), options)?)
 }
 
 /// On an empty database: tenant `default` and one manager key, printed once to stderr.
@@ -156,7 +172,7 @@ pub fn build(prepared: Prepared) -> Result<Server, StartError> {
     add_listeners(&mut server, &app)?;
     // The writer lives on the database runtime: Pingora's shutdown cannot cancel it mid-batch.
     writer.spawn().map_err(|e| StartError::Pingora(format!("cannot start the receipt writer: {e}")))?;
-    add_background(&mut server, app);
+    add_background(&mut server, app)?;
     Ok(server)
 }
 
@@ -191,8 +207,16 @@ fn add_listeners(server: &mut Server, app: &Arc<App>) -> Result<(), StartError> 
     Ok(())
 }
 
-fn add_background(server: &mut Server, app: Arc<App>) {
+fn add_background(server: &mut Server, app: Arc<App>) -> Result<(), StartError> {
     server.add_service(background_service("policy files", PolicyWatcher { app: app.clone() }));
+    let publisher = crate::tenant_log::publisher::Publisher::new(
+        &app.config.log,
+        app.store.clone(),
+        app.signer.clone(),
+        app.log_origin.clone(),
+    )
+    .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e)))?;
+    server.add_service(background_service("log publisher", publisher));
     if app.config.storage.chain_audit_seconds > 0 {
         server.add_service(background_service("chain auditor", ChainAuditor { app: app.clone() }));
     }
@@ -216,6 +240,7 @@ fn add_background(server: &mut Server, app: Arc<App>) {
         server.add_service(background_service("shared state", SharedStateWatch { cluster, store, snapshot }));
     }
     server.add_service(background_service("snapshot refresh", Refresher { app }));
+    Ok(())
 }
 
 /// Runs the server until SIGTERM (or SIGINT) has been handled, then waits (bounded) for the

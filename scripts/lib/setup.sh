@@ -154,3 +154,10 @@ ensure_go_tlog() {
   _setup_apt_install golang-go golang-golang-x-mod-dev \
     || _setup_say "Go's sumdb packages missing (Debian: apt-get install golang-go golang-golang-x-mod-dev)"
 }
+
+# tests/log_timestamps.rs runs OpenSSL's own RFC 3161 TSA (`openssl ts -reply`, `-verify`) and
+# makes its certificates with `openssl req` / `openssl x509`: the `openssl` command line tool.
+ensure_openssl() {
+  command -v openssl >/dev/null && return 0
+  _setup_apt_install openssl || _setup_say "the openssl command is missing (Debian: apt-get install openssl)"
+}

@@ -52,6 +52,11 @@ pub(super) enum Command {
         /// keys listed in the bundle itself are used.
         #[arg(long = "key")]
         keys: Vec<String>,
+        /// The RFC 3161 TSA's root certificate(s), PEM: the log's timestamp (docs/log.md §6) is
+        /// checked to be signed by a TSA certificate chaining to them. Without it the timestamp's
+        /// imprint and genTime are checked and its signature is reported unchecked.
+        #[arg(long = "tsa-ca")]
+        tsa_ca: Option<PathBuf>,
     },
     /// Receipt signing-key administration.
     SigningKey {

@@ -28,7 +28,7 @@ pub fn run(cli: Cli) -> ExitCode {
             tenants::create_key(&tenant, manager, &label, json, &config)
         }
         Command::SigningKey { command: SigningKeyCommand::Rotate(arg) } => signing_key::rotate(&arg),
-        Command::Verify { bundle, keys } => verify::verify_bundle(&bundle, &keys),
+        Command::Verify { bundle, keys, tsa_ca } => verify::verify_bundle(&bundle, &keys, tsa_ca.as_deref()),
         Command::Log { command: LogCommand::Audit { url, key, state, verifier_keys } } => {
             log_audit::audit(&url, &key, &state, &verifier_keys)
         }

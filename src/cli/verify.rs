@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use super::setup::fail;
 
-pub(super) fn verify_bundle(path: &std::path::Path, keys: &[String]) -> ExitCode {
+pub(super) fn verify_bundle(path: &std::path::Path, keys: &[String], tsa_ca: Option<&std::path::Path>) -> ExitCode {
     use base64::Engine;
     let mut pinned = Vec::new();
     for k in keys {
@@ -14,6 +14,10 @@ pub(super) fn verify_bundle(path: &std::path::Path, keys: &[String]) -> ExitCode
             None => return fail(format!("--key {k}: expected base64 of a raw 32-byte Ed25519 public key")),
         }
     }
+    let roots = match tsa_ca.map(crate::tenant_log::timestamp::Roots::read).transpose() {
+        Ok(r) => r,
+        Err(e) => return fail(format!("--tsa-ca: {e}")),
+    };
     let input: Box<dyn std::io::Read> = if path.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
     } else {
@@ -22,7 +26,7 @@ pub(super) fn verify_bundle(path: &std::path::Path, keys: &[String]) -> ExitCode
             Err(e) => return fail(format!("cannot read {}: {e}", path.display())),
         }
     };
-    let report = crate::compliance::verify::verify(input, &pinned);
+    let report = crate::compliance::verify::verify(input, &pinned, roots.as_ref());
     for line in &report.lines {
         println!("{}  {}", if line.ok { "ok  " } else { "FAIL" }, line.text);
     }

@@ -15,7 +15,7 @@ use super::{DISCLAIMER, SCOPE};
 use crate::receipts::canonical::{self, GENESIS};
 use crate::receipts::signer::{RegisteredKey, Signer};
 use crate::receipts::StoredReceipt;
-use crate::store::{self, Store, StoreError};
+use crate::store::{self, timestamps, Store, StoreError};
 use crate::tenant_log::{checkpoint, tree};
 
 pub const FORMAT: &str = "tollgate-evidence-bundle/v1";
@@ -173,9 +173,12 @@ impl BundleWriter {
     }
 }
 
-/// `{"checkpoint", "consistencyFrom": null, "timestamp": null, "inclusion"}`: the checkpoint at
-/// the log's current size (at or after the period's `toSeq`) and the RFC 9162 inclusion proof of
-/// `toSeq` in its tree (null for a period without receipts).
+/// `{"checkpoint", "consistencyFrom": null, "timestamp", "inclusion"}`: a checkpoint at or after
+/// the period's `toSeq` and the RFC 9162 inclusion proof of `toSeq` in its tree (null for a
+/// period without receipts). The checkpoint is the newest timestamped one that covers the
+/// period, with `timestamp` = `{genTime, tsr}` (log.md §6), so the bundle ties the period to a
+/// time a TSA vouches for; until one is stamped, the checkpoint at the log's current size with
+/// `timestamp: null`.
 async fn log_member(
     store: &Store,
     signer: &Signer,
@@ -184,19 +187,25 @@ async fn log_member(
     period: &Period,
 ) -> Result<Value, StoreError> {
     let fail = |e: crate::error::ApiError| StoreError::Other(e.message);
-    let c = checkpoint::current(store, signer, prefix, tenant).await.map_err(fail)?;
-    let inclusion = if period.to_seq >= period.from_seq.max(1) && period.to_seq <= c.size {
-        let p = tree::inclusion(store, tenant, c.size, period.to_seq - 1).await.map_err(fail)?;
+    let (note, size, timestamp) = match timestamps::newest_from(store, tenant, period.to_seq).await? {
+        Some(t) => (t.note, t.size, json!({"genTime": t.gen_time, "tsr": t.tsr})),
+        None => {
+            let c = checkpoint::current(store, signer, prefix, tenant).await.map_err(fail)?;
+            (c.note, c.size, Value::Null)
+        }
+    };
+    let note = checkpoint::with_cosignatures(store, tenant, note, size).await.map_err(fail)?;
+    let inclusion = if period.to_seq >= period.from_seq.max(1) && period.to_seq <= size {
+        let p = tree::inclusion(store, tenant, size, period.to_seq - 1).await.map_err(fail)?;
         json!({
-            "seq": period.to_seq, "leafIndex": period.to_seq - 1, "size": c.size,
+            "seq": period.to_seq, "leafIndex": period.to_seq - 1, "size": size,
             "leafHash": hex::encode(p.from_root), "root": hex::encode(p.to_root),
             "proof": p.path.iter().map(hex::encode).collect::<Vec<_>>(),
         })
     } else {
         Value::Null
     };
-    let note = checkpoint::served(store, tenant, &c).await.map_err(fail)?;
-    Ok(json!({"checkpoint": note, "consistencyFrom": null, "timestamp": null, "inclusion": inclusion}))
+    Ok(json!({"checkpoint": note, "consistencyFrom": null, "timestamp": timestamp, "inclusion": inclusion}))
 }
 
 /// One receipt as the bundle lists it: the canonical members, then the chain fields.

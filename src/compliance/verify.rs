@@ -28,6 +28,7 @@ use crate::receipts::merkle::{self, RootBuilder};
 use crate::receipts::signer::RegisteredKey;
 use crate::receipts::{Term, UpstreamStatus};
 use crate::tenant_log::checkpoint;
+use crate::tenant_log::timestamp::{self, Roots};
 
 /// One line of the report: what was checked and whether it held.
 #[derive(Debug, Clone, PartialEq)]
@@ -366,7 +367,9 @@ impl<'de> Visitor<'de> for Top<'_> {
 
 /// Verifies a bundle read from `input`. `pinned` (raw public keys) restricts which signing keys
 /// are trusted; empty = the keys the bundle lists (self-asserted, and said so in the report).
-pub fn verify(input: impl Read, pinned: &[[u8; 32]]) -> Report {
+/// `tsa_roots` (`--tsa-ca`) are the roots a timestamp's signer must chain to; without them the
+/// timestamp's imprint and genTime are checked and its signature is reported unchecked.
+pub fn verify(input: impl Read, pinned: &[[u8; 32]], tsa_roots: Option<&Roots>) -> Report {
     let mut report = Report::default();
     let mut p = Parsed { pinned: pinned.to_vec(), ..Parsed::default() };
     let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 20, input));
@@ -461,14 +464,14 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]]) -> Report {
         tree_head_ok(&p, &att, &root, leaf_count),
         "signed tree head: attestation.anchor.signature by its keyId over JCS({tenantId, fromSeq, toSeq, leafCount, root})",
     );
-    check_log(&mut report, &p, &chain.prev, (n + pruned > 0).then_some(to_seq).flatten());
+    check_log(&mut report, &p, &chain.prev, (n + pruned > 0).then_some(to_seq).flatten(), tsa_roots);
     report
 }
 
 /// The bundle's `log` member (docs/log.md §6): the checkpoint is signed, under its origin, by a
 /// listed (or pinned) key, and the inclusion proof puts the period's last receipt (`last_hash`,
 /// seq `to_seq`) in the checkpoint's tree.
-fn check_log(report: &mut Report, p: &Parsed, last_hash: &str, to_seq: Option<u64>) {
+fn check_log(report: &mut Report, p: &Parsed, last_hash: &str, to_seq: Option<u64>, tsa: Option<&Roots>) {
     let Some(log) = &p.log else {
         report.line(true, "log: this bundle has no checkpoint (written before the tenant log)");
         return;
@@ -486,6 +489,7 @@ fn check_log(report: &mut Report, p: &Parsed, last_hash: &str, to_seq: Option<u6
     };
     let ok_origin = p.tenant.as_deref().is_some_and(|t| c.origin().ends_with(&format!("/{t}")));
     report.line(ok_origin, format!("log: checkpoint of {} at size {} signed by a listed key", c.origin(), c.size()));
+    check_timestamp(report, log, tsa);
     let Some(to) = to_seq else {
         return report.line(log["inclusion"].is_null(), "log: no receipt in the period to prove");
     };
@@ -493,6 +497,34 @@ fn check_log(report: &mut Report, p: &Parsed, last_hash: &str, to_seq: Option<u6
         inclusion_holds(&log["inclusion"], &c, last_hash, to),
         format!("log: receipt seq {to} is in the checkpoint's tree (RFC 9162 inclusion proof)"),
     );
+}
+
+/// `log.timestamp` (docs/log.md §6): null, or `{genTime, tsr}` whose token stamps the
+/// checkpoint's body at that genTime — and, with `--tsa-ca`, is signed by a TSA certificate that
+/// chains to one of those roots.
+fn check_timestamp(report: &mut Report, log: &Value, roots: Option<&Roots>) {
+    let t = &log["timestamp"];
+    if t.is_null() {
+        return report.line(true, "log: no RFC 3161 timestamp of the checkpoint yet");
+    }
+    let body = timestamp::note_body(log["checkpoint"].as_str().unwrap_or_default()).unwrap_or_default();
+    let Some(tsr) = t["tsr"].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok()) else {
+        return report.line(false, "log: timestamp: `tsr` is not base64");
+    };
+    let stamp = match timestamp::check(&tsr, &body, None, roots) {
+        Ok(s) if t["genTime"] == s.gen_time.as_str() => s,
+        Ok(s) => {
+            return report
+                .line(false, format!("log: timestamp: genTime {} is not the token's {}", t["genTime"], s.gen_time))
+        }
+        Err(e) => return report.line(false, format!("log: timestamp: {e}")),
+    };
+    let how = if stamp.chain_checked {
+        "signed by a TSA certificate that chains to --tsa-ca for timeStamping"
+    } else {
+        "signature NOT checked: pass --tsa-ca with the TSA's root to check it"
+    };
+    report.line(true, format!("log: RFC 3161 timestamp of the checkpoint's body at {}, {how}", stamp.gen_time));
 }
 
 fn inclusion_holds(inc: &Value, c: &tlog_tiles::checkpoint::Checkpoint, last_hash: &str, to: u64) -> bool {

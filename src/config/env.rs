@@ -66,10 +66,28 @@ fn receipts_and_cluster(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
     flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
     number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
+    log(cfg, var)
+}
+
+fn log(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     text(var, "TOLLGATE_LOG_ORIGIN_PREFIX", &mut cfg.log.origin_prefix);
     number(var, "TOLLGATE_LOG_WITNESS_STALE_SECONDS", &mut cfg.log.witness_stale_seconds)?;
     if let Some(v) = var("TOLLGATE_LOG_WITNESSES") {
         cfg.log.witnesses = witnesses(&v)?;
+    }
+    number(var, "TOLLGATE_LOG_PUBLISH_INTERVAL_SECONDS", &mut cfg.log.publish_interval_seconds)?;
+    // A URL turns timestamping on (or moves it); the other two refine a section that is on.
+    if let Some(url) = var("TOLLGATE_LOG_TIMESTAMPING_URL").filter(|v| !v.trim().is_empty()) {
+        let t = cfg.log.timestamping.get_or_insert_with(|| super::tenant_log::Timestamping {
+            url: String::new(),
+            interval_seconds: super::tenant_log::DEFAULT_TIMESTAMP_INTERVAL_SECONDS,
+            ca_file: String::new(),
+        });
+        t.url = url.trim().to_string();
+    }
+    if let Some(t) = cfg.log.timestamping.as_mut() {
+        number(var, "TOLLGATE_LOG_TIMESTAMPING_INTERVAL_SECONDS", &mut t.interval_seconds)?;
+        text(var, "TOLLGATE_LOG_TIMESTAMPING_CA_FILE", &mut t.ca_file);
     }
     number(var, "TOLLGATE_LOG_RETENTION_FLOOR_DAYS", &mut cfg.log.retention_floor_days)?;
     Ok(())

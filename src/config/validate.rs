@@ -19,6 +19,7 @@ impl Config {
         self.check_listeners()?;
         self.check_files()?;
         self.check_outbound()?;
+        self.check_log()?;
         self.check_prices()
     }
 
@@ -125,6 +126,23 @@ impl Config {
         }
         if let Err(e) = BaseUrl::parse(&self.billing.stripe_api_base) {
             return bad("billing.stripe_api_base", &e);
+        }
+        Ok(())
+    }
+
+    fn check_log(&self) -> Checked {
+        if self.log.publish_interval_seconds == 0 {
+            return bad("log.publish_interval_seconds", "must be at least 1");
+        }
+        let Some(t) = &self.log.timestamping else { return Ok(()) };
+        if let Err(e) = BaseUrl::parse(&t.url) {
+            return bad("log.timestamping.url", &e);
+        }
+        if t.interval_seconds == 0 {
+            return bad("log.timestamping.interval_seconds", "must be at least 1");
+        }
+        if !t.ca_file.is_empty() && std::fs::metadata(&t.ca_file).is_err() {
+            return bad("log.timestamping.ca_file", &format!("cannot read `{}`", t.ca_file));
         }
         Ok(())
     }

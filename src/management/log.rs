@@ -1,5 +1,6 @@
-//! `/v1/log/…`: the tenant log (docs/log.md §2–§4) — the signed checkpoint, the verifier keys,
-//! published checkpoints, inclusion and consistency proofs, and the C2SP tlog-tiles read API.
+//! `/v1/log/…`: the tenant log (docs/log.md §2–§4, §6) — the signed checkpoint, the verifier keys,
+//! published checkpoints and their RFC 3161 timestamps, inclusion and consistency proofs, and
+//! the C2SP tlog-tiles read API.
 
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
@@ -12,6 +13,7 @@ use crate::receipts::signer;
 use crate::store::checkpoints;
 use crate::store::receipts as stored;
 use crate::store::tiles;
+use crate::store::timestamps as stamps;
 use crate::tenant_log::checkpoint::{self, origin};
 use crate::tenant_log::tile_path::{self, TilePath};
 use crate::tenant_log::tree;
@@ -48,10 +50,7 @@ pub(super) struct PublishedCheckpoint {
         Authenticated))]
 pub async fn checkpoints(app: &App, caller: &Caller, req: &Req) -> Handled {
     let limit = page_limit(req)?;
-    let below = match req.query("cursor") {
-        None | Some("") => None,
-        Some(c) => Some(c.parse::<u64>().map_err(|_| ApiError::invalid("query `cursor` must be a `nextCursor`"))?),
-    };
+    let below = size_cursor(req)?;
     let mut rows = checkpoints::page(&app.store, caller.tenant(), below, limit + 1).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
@@ -68,6 +67,47 @@ pub async fn checkpoints(app: &App, caller: &Caller, req: &Req) -> Handled {
         });
     }
     Ok(Reply::json(200, &Page { data, next_cursor }))
+}
+
+/// One RFC 3161 timestamp of a published checkpoint.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct LogTimestamp {
+    size: u64,
+    /// The signed note stamped; the TSA hashed its body (the text up to and including the root's
+    /// newline) with SHA-256.
+    checkpoint: String,
+    /// The token's genTime, RFC 3339 UTC.
+    gen_time: String,
+    /// Base64 of the DER `TimeStampResp` as the TSA sent it (`openssl ts -verify -in`).
+    tsr: String,
+}
+
+/// RFC 3161 timestamps of published checkpoints, newest first
+#[utoipa::path(get, path = "/v1/log/timestamps", operation_id = "listLogTimestamps", tag = "log",
+    params(PageQuery),
+    responses((status = 200, description = "One page; `nextCursor` for the next. `openssl ts -verify -data <body> \
+        -in <tsr> -CAfile <the TSA's root>` succeeds on each", body = Page<LogTimestamp>), Authenticated))]
+pub async fn timestamps(app: &App, caller: &Caller, req: &Req) -> Handled {
+    let limit = page_limit(req)?;
+    let below = size_cursor(req)?;
+    let mut rows = stamps::page(&app.store, caller.tenant(), below, limit + 1).await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next_cursor = if more { rows.last().map(|r| r.size.to_string()) } else { None };
+    let data = rows
+        .into_iter()
+        .map(|r| LogTimestamp { size: r.size, checkpoint: r.note, gen_time: r.gen_time, tsr: r.tsr })
+        .collect();
+    Ok(Reply::json(200, &Page { data, next_cursor }))
+}
+
+/// `cursor`: a `nextCursor` of a size-ordered list (the smallest size of the previous page).
+fn size_cursor(req: &Req) -> Result<Option<u64>, ApiError> {
+    match req.query("cursor") {
+        None | Some("") => Ok(None),
+        Some(c) => Ok(Some(c.parse::<u64>().map_err(|_| ApiError::invalid("query `cursor` must be a `nextCursor`"))?)),
+    }
 }
 
 /// The log's verifier keys.

@@ -88,6 +88,7 @@ use crate::error::ErrorEnvelope;
         billing::checkout,
         log::checkpoint,
         log::checkpoints,
+        log::timestamps,
         log::verifier_keys,
         log::inclusion,
         log::consistency,

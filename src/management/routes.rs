@@ -190,6 +190,7 @@ pub const ROUTES: &[Route] = &[
     r("POST", "/v1/billing/checkout", Keyed(|c| Box::pin(billing::checkout(c.app, c.caller, c.req)))),
     r("GET", "/v1/log/checkpoint", Keyed(|c| Box::pin(log::checkpoint(c.app, c.caller)))),
     r("GET", "/v1/log/checkpoints", Keyed(|c| Box::pin(log::checkpoints(c.app, c.caller, c.req)))),
+    r("GET", "/v1/log/timestamps", Keyed(|c| Box::pin(log::timestamps(c.app, c.caller, c.req)))),
     r("GET", "/v1/log/verifier-keys", Keyed(|c| Box::pin(log::verifier_keys(c.app, c.caller)))),
     r("GET", "/v1/log/inclusion", Keyed(|c| Box::pin(log::inclusion(c.app, c.caller, c.req)))),
     r("GET", "/v1/log/consistency", Keyed(|c| Box::pin(log::consistency(c.app, c.caller, c.req)))),

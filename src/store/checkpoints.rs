@@ -96,6 +96,66 @@ pub async fn page(
         .await
 }
 
+/// Where a tenant's log stands for the publisher: its size (the chain head), its newest
+/// checkpoint's size, and its newest timestamp: the size it stamps and when it was kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogHead {
+    pub tenant: String,
+    pub size: u64,
+    pub checkpoint: Option<u64>,
+    pub stamped: Option<u64>,
+    pub stamped_at: Option<String>,
+}
+
+/// Every tenant with receipts. One index lookup per tenant for each `MAX` (the primary keys
+/// lead with `tenant_id`), so the cost follows the tenants, not the checkpoints kept.
+pub async fn heads(store: &Store) -> Result<Vec<LogHead>, StoreError> {
+    store
+        .run(move |pool, _| async move {
+            let rows = sqlx::query(
+                "SELECT h.tenant_id, h.seq, \
+                 (SELECT MAX(c.size) FROM log_checkpoints c WHERE c.tenant_id = h.tenant_id), \
+                 (SELECT MAX(t.size) FROM log_timestamps t WHERE t.tenant_id = h.tenant_id), \
+                 (SELECT t.created_at FROM log_timestamps t WHERE t.tenant_id = h.tenant_id \
+                  ORDER BY t.size DESC LIMIT 1) \
+                 FROM chain_heads h ORDER BY h.tenant_id",
+            )
+            .fetch_all(&pool)
+            .await?;
+            let size = |r: &sqlx::any::AnyRow, i: usize| -> Result<Option<u64>, sqlx::Error> {
+                Ok(r.try_get::<Option<i64>, _>(i)?.map(|v| v.max(0) as u64))
+            };
+            rows.iter()
+                .map(|r| {
+                    Ok(LogHead {
+                        tenant: r.try_get(0)?,
+                        size: size(r, 1)?.unwrap_or(0),
+                        checkpoint: size(r, 2)?,
+                        stamped: size(r, 3)?,
+                        stamped_at: r.try_get(4)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+        .await
+}
+
+/// The checkpoint of `tenant` at `size`, if it was published.
+pub async fn at(store: &Store, tenant: &str, size: u64) -> Result<Option<CheckpointRow>, StoreError> {
+    let t = tenant.to_string();
+    store
+        .run(move |pool, _| async move {
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE tenant_id = $1 AND size = $2")))
+                .bind(t)
+                .bind(size as i64)
+                .fetch_optional(&pool)
+                .await?;
+            row.as_ref().map(from_row).transpose().map_err(StoreError::from)
+        })
+        .await
+}
+
 /// Every tenant's newest published checkpoint.
 pub async fn newest_per_tenant(store: &Store) -> Result<Vec<(String, CheckpointRow)>, StoreError> {
     store

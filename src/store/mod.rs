@@ -35,6 +35,7 @@ pub mod spend;
 pub mod teams;
 pub mod tenants;
 pub mod tiles;
+pub mod timestamps;
 pub mod tool_servers;
 mod value;
 pub mod webhooks;

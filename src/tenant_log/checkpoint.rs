@@ -114,8 +114,12 @@ pub fn open(note: &str, keys: &[[u8; 32]]) -> Result<tlog_tiles::checkpoint::Che
 
 /// The checkpoint as served: the log's note followed by the witnesses' kept cosignature lines.
 pub async fn served(store: &Store, tenant: &str, c: &CheckpointRow) -> Result<String, ApiError> {
-    let mut note = c.note.clone();
-    for line in checkpoints::cosignatures(store, tenant, c.size).await? {
+    with_cosignatures(store, tenant, c.note.clone(), c.size).await
+}
+
+/// `note` (the checkpoint of `size`) followed by the witnesses' kept cosignature lines.
+pub async fn with_cosignatures(store: &Store, tenant: &str, mut note: String, size: u64) -> Result<String, ApiError> {
+    for line in checkpoints::cosignatures(store, tenant, size).await? {
         note.push_str(&line);
         note.push('\n');
     }

@@ -7,8 +7,10 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod cosignature;
+pub mod publisher;
 pub mod retention;
 pub mod tile_path;
+pub mod timestamp;
 pub mod tree;
 pub mod witness;
 

@@ -31,10 +31,20 @@ impl Received {
 /// What to answer the `n`th request (0-based): status and JSON body.
 pub type Script = Box<dyn Fn(usize, &Received) -> (u16, String) + Send + Sync>;
 
+/// What to answer the `n`th request (0-based): status, content type and body bytes.
+pub type BytesScript = Box<dyn Fn(usize, &Received) -> (u16, String, Vec<u8>) + Send + Sync>;
+
 pub struct Receiver {
     pub addr: SocketAddr,
     log: Arc<Mutex<Vec<Received>>>,
-    script: Arc<Mutex<Script>>,
+    script: Arc<Mutex<BytesScript>>,
+}
+
+fn json_script(script: Script) -> BytesScript {
+    Box::new(move |n, r| {
+        let (status, text) = script(n, r);
+        (status, "application/json".into(), text.into_bytes())
+    })
 }
 
 impl Receiver {
@@ -44,11 +54,18 @@ impl Receiver {
     }
 
     pub fn start(script: Script) -> Receiver {
-        Receiver::start_typed(script, "application/json")
+        Receiver::start_bytes(json_script(script))
     }
 
     /// [`Receiver::start`] answering with `content_type` instead of JSON's.
     pub fn start_typed(script: Script, content_type: &'static str) -> Receiver {
+        Receiver::start_bytes(Box::new(move |n, r| {
+            let (status, text) = script(n, r);
+            (status, content_type.into(), text.into_bytes())
+        }))
+    }
+
+    pub fn start_bytes(script: BytesScript) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -58,7 +75,7 @@ impl Receiver {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { return };
                 let (l, s) = (l.clone(), s.clone());
-                std::thread::spawn(move || serve(conn, l, s, content_type));
+                std::thread::spawn(move || serve(conn, l, s));
             }
         });
         Receiver { addr, log, script }
@@ -70,6 +87,10 @@ impl Receiver {
 
     /// Replaces what it answers from now on.
     pub fn set_script(&self, script: Script) {
+        *self.script.lock().unwrap() = json_script(script);
+    }
+
+    pub fn set_bytes_script(&self, script: BytesScript) {
         *self.script.lock().unwrap() = script;
     }
 
@@ -90,7 +111,7 @@ impl Receiver {
     }
 }
 
-fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Script>>, content_type: &str) {
+fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<BytesScript>>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
     let mut w = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
@@ -127,10 +148,9 @@ fn serve(conn: TcpStream, log: Arc<Mutex<Vec<Received>>>, script: Arc<Mutex<Scri
             l.push(rec.clone());
             l.len() - 1
         };
-        let (status, text) = (script.lock().unwrap())(n, &rec);
-        let head =
-            format!("HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n", text.len());
-        if w.write_all(head.as_bytes()).and_then(|_| w.write_all(text.as_bytes())).is_err() {
+        let (status, kind, body) = (script.lock().unwrap())(n, &rec);
+        let head = format!("HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n", body.len());
+        if w.write_all(head.as_bytes()).and_then(|_| w.write_all(&body)).is_err() {
             return;
         }
     }
