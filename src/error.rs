@@ -16,6 +16,8 @@ pub enum ErrorKind {
     NotFound,
     MethodNotAllowed,
     Conflict,
+    /// A receipt whose contents retention deleted (docs/log.md §7).
+    ReceiptPruned,
     PayloadTooLarge,
     RateLimited,
     Internal,
@@ -38,6 +40,7 @@ impl ErrorKind {
             NotFound => 404,
             MethodNotAllowed => 405,
             Conflict => 409,
+            ReceiptPruned => 410,
             PayloadTooLarge => 413,
             RateLimited => 429,
             Internal => 500,
@@ -60,6 +63,7 @@ impl ErrorKind {
             NotFound => "not_found",
             MethodNotAllowed => "method_not_allowed",
             Conflict => "conflict",
+            ReceiptPruned => "receipt_pruned",
             PayloadTooLarge => "payload_too_large",
             RateLimited => "rate_limited",
             Internal => "internal_error",
@@ -119,6 +123,16 @@ pub struct ErrorEnvelope<'a> {
     pub error: ErrorDetail<'a>,
 }
 
+/// 410 `receipt_pruned` (docs/log.md §7): the envelope, and what is left of the receipt.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrunedEnvelope<'a> {
+    pub error: ErrorDetail<'a>,
+    pub seq: u64,
+    /// The receipt's kept hash: still its leaf in the tenant log.
+    pub this_hash: &'a str,
+}
+
 /// What went wrong: `type` is one of a fixed set of names, `code` the HTTP status.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail<'a> {
@@ -148,6 +162,7 @@ impl utoipa::PartialSchema for ErrorType {
             NotFound,
             MethodNotAllowed,
             Conflict,
+            ReceiptPruned,
             PayloadTooLarge,
             RateLimited,
             Internal,
@@ -169,11 +184,14 @@ pub struct ApiError {
     pub message: String,
     /// Extra answer headers (429: `Retry-After` and OpenAI's `x-ratelimit-*`).
     pub headers: Vec<(&'static str, String)>,
+    /// Extra top-level members of the envelope, beside `error` (410 `receipt_pruned`: `seq` and
+    /// `thisHash`, what is left of the receipt).
+    pub members: Vec<(&'static str, serde_json::Value)>,
 }
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into(), headers: Vec::new() }
+        ApiError { kind, message: message.into(), headers: Vec::new(), members: Vec::new() }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidRequest, message)
@@ -206,6 +224,22 @@ impl ApiError {
         self.headers.extend(headers);
         self
     }
+    /// Adds top-level members to the envelope (`providers::envelope` puts them beside `error`).
+    pub fn with_members(mut self, members: Vec<(&'static str, serde_json::Value)>) -> Self {
+        self.members.extend(members);
+        self
+    }
+    /// 410: the receipt `seq` was pruned by retention; its `thisHash` is all that is left.
+    pub fn pruned(seq: u64, this_hash: &str) -> Self {
+        Self::new(
+            ErrorKind::ReceiptPruned,
+            format!(
+                "receipt seq {seq} was pruned by the tenant's log retention: its contents are deleted; its thisHash \
+                 stays in the log (GET /v1/log/inclusion?seq={seq} proves it)"
+            ),
+        )
+        .with_members(vec![("seq", json!(seq)), ("thisHash", json!(this_hash))])
+    }
 
     /// The JSON-RPC 2.0 code of this error on `/mcp/{server}`, where a refusal is an error
     /// object the MCP client reads, not an HTTP status. JSON-RPC's own codes for malformed
@@ -223,6 +257,7 @@ impl ApiError {
             UpstreamTimeout => -32006,
             Unauthorized => -32007,
             NotFound => -32008,
+            ReceiptPruned => -32011,
             PayloadTooLarge => -32009,
             Unavailable | NotConfigured => -32010,
             MethodNotAllowed | Conflict => -32600,

@@ -230,6 +230,7 @@ fn add_background(server: &mut Server, app: Arc<App>) -> Result<(), StartError> 
     if app.witnesses.is_some() {
         server.add_service(background_service("witnesses", WitnessSender { app: app.clone() }));
     }
+    server.add_service(background_service("log retention", RetentionSweeper { app: app.clone() }));
     if app.store.backend() == store::Backend::Postgres {
         server.add_service(background_service("change notices", crate::notices::Listener { app: app.clone() }));
     }
@@ -375,6 +376,33 @@ impl BackgroundService for ChainAuditor {
                     };
                     // A full pass means more blocks may be waiting: catch up after a pause.
                     wait = crate::compliance::auditor::next_wait(walked, started.elapsed(), period);
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// Applies every tenant's log retention once a day (docs/log.md §7), the first time a minute
+/// after start (not at once: a restart loop should not sweep each time). Several processes on
+/// one database may each sweep: a sweep is idempotent.
+struct RetentionSweeper {
+    app: Arc<App>,
+}
+
+#[async_trait]
+impl BackgroundService for RetentionSweeper {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut wait = Duration::from_secs(60);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {
+                    let floor = self.app.config.log.retention_floor_days;
+                    match crate::tenant_log::retention::sweep(&self.app.store, floor, chrono::Utc::now()).await {
+                        Ok(swept) => log::debug!("log retention: swept {} tenants", swept.len()),
+                        Err(e) => log::warn!("log retention sweep failed (retried at the next one): {e}"),
+                    }
+                    wait = crate::tenant_log::retention::SWEEP_EVERY;
                 }
                 _ = shutdown.changed() => return,
             }

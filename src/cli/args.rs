@@ -101,6 +101,17 @@ pub(super) enum LogCommand {
         #[arg(long = "verifier-key")]
         verifier_keys: Vec<String>,
     },
+    /// Apply every tenant's retention now (docs/log.md §7), as the server does daily: delete the
+    /// contents of receipts older than the retention that no legal hold covers, keeping their
+    /// seq, receipt id and thisHash (the log's leaves). Idempotent.
+    Sweep {
+        /// Sweep as if it were this instant (RFC 3339), e.g. to see what a later sweep prunes;
+        /// default now.
+        #[arg(long)]
+        as_of: Option<String>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,9 +1,11 @@
 //! The command line: serve | migrate | tenant create | key create | check-config | verify |
-//! signing-key rotate | log audit | balance. One file per command; `args` holds what clap parses.
+//! signing-key rotate | log audit | log sweep | balance. One file per command; `args` holds what
+//! clap parses.
 
 mod args;
 mod check_config;
 mod log_audit;
+mod log_sweep;
 mod serve;
 mod setup;
 mod signing_key;
@@ -30,6 +32,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Log { command: LogCommand::Audit { url, key, state, verifier_keys } } => {
             log_audit::audit(&url, &key, &state, &verifier_keys)
         }
+        Command::Log { command: LogCommand::Sweep { as_of, config } } => log_sweep::sweep(as_of.as_deref(), &config),
         Command::Balance { listen, upstream } => match crate::balance::run(&listen, &upstream) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => setup::fail(e),

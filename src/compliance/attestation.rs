@@ -218,6 +218,9 @@ pub struct Attestation<'a> {
     pub anchor: Anchor,
 }
 
+/// What the period's receipts show. Every count but `prunedReceipts` is over the kept receipts:
+/// a receipt whose contents a retention sweep deleted (docs/log.md §7) has nothing left to count
+/// or check, but its `thisHash` is still a leaf of `merkle.root` and the link to the next one.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Totals {
@@ -232,6 +235,8 @@ pub struct Totals {
     pub upstream_failures: u64,
     pub chain_verified: bool,
     pub signatures_verified: bool,
+    /// Receipts of the period pruned by retention: in the tree, not in the other counts.
+    pub pruned_receipts: u64,
 }
 
 /// Where the walk found the chain or a signature broken; null when nowhere.
@@ -318,6 +323,7 @@ pub fn document(
             upstream_failures: w.upstream_failures,
             chain_verified: w.chain_verified(),
             signatures_verified: w.signatures_verified(),
+            pruned_receipts: w.pruned,
         },
         verification: Verification {
             broken_at_seq: w.broken_at_seq,

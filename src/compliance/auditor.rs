@@ -2,6 +2,8 @@
 //! the verified-span memo, so attestations and bundles find them warm. It is the same walk an
 //! attestation does (hashes, links, Ed25519), and records the blocks that verify. A block that
 //! does not verify is remembered and not walked again by this process: attestations report it.
+//! A block holding receipts pruned by retention (docs/log.md §7) cannot be vouched for (their
+//! signatures are gone): it is remembered too, without a failure event.
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
@@ -101,15 +103,20 @@ impl Auditor {
             store::spans::in_range(store, tenant, from_seq, to_seq).await?.into_iter().map(|s| s.block_start).collect();
         let block = memo::block_len();
         for start in (from_seq..=to_seq).step_by(block as usize) {
-            if !recorded.contains(&start) {
-                log::warn!("chain audit: tenant {tenant} seq {start}..{} does not verify", start + block - 1);
-                self.failed.insert((tenant.to_string(), start));
-                // The audit changes nothing in the database: the event is its only write.
-                let data = serde_json::json!({"fromSeq": start, "toSeq": start + block - 1});
-                let event = store::webhooks::Event::new(tenant, "chain.verification_failed", data);
-                if let Err(e) = store::webhooks::enqueue_now(store, vec![event]).await {
-                    log::warn!("chain audit: the chain.verification_failed event was not written: {e}");
-                }
+            if recorded.contains(&start) {
+                continue;
+            }
+            self.failed.insert((tenant.to_string(), start));
+            if !store::retention::pruned_leaves(store, tenant, start, start + block - 1, 1).await?.is_empty() {
+                log::debug!("chain audit: tenant {tenant} seq {start}.. holds pruned receipts: not in the memo");
+                continue;
+            }
+            log::warn!("chain audit: tenant {tenant} seq {start}..{} does not verify", start + block - 1);
+            // The audit changes nothing in the database: the event is its only write.
+            let data = serde_json::json!({"fromSeq": start, "toSeq": start + block - 1});
+            let event = store::webhooks::Event::new(tenant, "chain.verification_failed", data);
+            if let Err(e) = store::webhooks::enqueue_now(store, vec![event]).await {
+                log::warn!("chain audit: the chain.verification_failed event was not written: {e}");
             }
         }
         Ok(())

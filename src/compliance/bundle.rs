@@ -1,6 +1,7 @@
-//! The evidence bundle (docs/receipts.md §4), written piece by piece: its head, the receipts page by
-//! page (walked as they go out), then the Merkle root and the attestation computed from that
-//! same walk. Memory stays at one page however long the period.
+//! The evidence bundle (docs/receipts.md §4), written piece by piece: its head, the leaves of the
+//! period's pruned receipts (docs/log.md §7) page by page, the receipts page by page (walked as
+//! they go out), then the Merkle root and the attestation computed from that same walk. Memory
+//! stays at one page however long the period.
 
 use std::sync::Arc;
 
@@ -14,13 +15,21 @@ use super::{DISCLAIMER, SCOPE};
 use crate::receipts::canonical::{self, GENESIS};
 use crate::receipts::signer::{RegisteredKey, Signer};
 use crate::receipts::StoredReceipt;
-use crate::store::{timestamps, Store, StoreError};
+use crate::store::{self, timestamps, Store, StoreError};
 use crate::tenant_log::{checkpoint, tree};
 
 pub const FORMAT: &str = "tollgate-evidence-bundle/v1";
 
+/// Pruned leaves per read.
+const PRUNED_PAGE: i64 = 10_000;
+
 pub struct BundleWriter {
     opening: Option<Vec<u8>>,
+    /// The next seq of the `prunedLeaves` member to read (None once it is closed), and the last
+    /// seq that can be a pruned one.
+    pruned_from: Option<u64>,
+    pruned_to: u64,
+    pruned_listed: u64,
     reader: PeriodReader,
     walk: Option<Walk>,
     store: Store,
@@ -52,6 +61,8 @@ impl BundleWriter {
             walk = walk.with_memo(attestation::load_memo(store, tenant, &period, key).await);
         }
         let generated_at = attestation::now_rfc3339();
+        // Every pruned seq is at most `pruned_through`: a period above it has none to list.
+        let pruned_through = store::retention::get(store, tenant).await?.pruned_through;
         let head = json!({
             "format": FORMAT,
             "tenantId": tenant,
@@ -62,13 +73,18 @@ impl BundleWriter {
             // A missing anchor row shows as zeros, which then fails the first link, as it should.
             "anchor": {"seq": period.from_seq - 1, "thisHash": anchor.clone().unwrap_or_else(|| GENESIS.to_string())},
             "signingKeys": registry,
+            // docs/log.md §7: receipts below this seq may have been pruned (null: none was).
+            "prunedBefore": (pruned_through > 0).then_some(pruned_through + 1),
         });
-        // The head object without its closing brace; the receipts array follows.
+        // The head object without its closing brace; the pruned leaves, then the receipts follow.
         let mut opening = serde_json::to_vec(&head).unwrap_or_default();
         opening.pop();
-        opening.extend_from_slice(b",\"receipts\":[");
+        opening.extend_from_slice(b",\"prunedLeaves\":[");
         Ok(BundleWriter {
             opening: Some(opening),
+            pruned_from: Some(period.from_seq.max(1)),
+            pruned_to: period.to_seq.min(pruned_through),
+            pruned_listed: 0,
             reader: PeriodReader::new(store, tenant, &period),
             walk: Some(walk),
             store: store.clone(),
@@ -95,12 +111,16 @@ impl BundleWriter {
         if let Some(opening) = self.opening.take() {
             return Ok(Some(opening));
         }
+        if let Some(from) = self.pruned_from.take() {
+            return self.pruned_page(from).await.map(Some);
+        }
         let Some(walk) = self.walk.take() else { return Ok(None) };
         if let Some(rows) = self.reader.next().await? {
             let (walk, rows) = attestation::feed(walk, rows).await?;
             self.walk = Some(walk);
             let mut out = Vec::with_capacity(rows.len() * 700);
-            for r in &rows {
+            // A pruned receipt has no contents to show: its leaf is in `prunedLeaves`.
+            for r in rows.iter().filter(|r| !r.pruned) {
                 if !self.first {
                     out.push(b',');
                 }
@@ -127,6 +147,29 @@ impl BundleWriter {
         let mut out = b"],".to_vec();
         out.extend_from_slice(&tail[1..]);
         Ok(Some(out))
+    }
+
+    /// The next page of `prunedLeaves` (`{seq, thisHash}` of each pruned receipt of the period,
+    /// ascending), and the member's end and the receipts' start after the last page.
+    async fn pruned_page(&mut self, from: u64) -> Result<Vec<u8>, StoreError> {
+        let rows = if from <= self.pruned_to {
+            store::retention::pruned_leaves(&self.store, &self.tenant, from, self.pruned_to, PRUNED_PAGE).await?
+        } else {
+            Vec::new()
+        };
+        let mut out = Vec::with_capacity(rows.len() * 100);
+        for (seq, hash) in &rows {
+            if self.pruned_listed > 0 {
+                out.push(b',');
+            }
+            self.pruned_listed += 1;
+            out.extend_from_slice(&serde_json::to_vec(&json!({"seq": seq, "thisHash": hash})).unwrap_or_default());
+        }
+        match rows.last() {
+            Some((last, _)) if rows.len() as i64 == PRUNED_PAGE => self.pruned_from = Some(last + 1),
+            _ => out.extend_from_slice(b"],\"receipts\":["),
+        }
+        Ok(out)
     }
 }
 

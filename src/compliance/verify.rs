@@ -6,9 +6,11 @@
 //! The document is read as a stream: receipts are checked one by one as they are parsed, so a
 //! bundle of millions of receipts needs memory for one receipt, not for the file. That works
 //! when `anchor` and `signingKeys` come before `receipts`, as Tollgate writes them; for any
-//! other member order the receipts are held until those two have been read.
+//! other member order the receipts are held until those two have been read. The leaves of the
+//! period's pruned receipts (`prunedLeaves`, docs/log.md §7) must come before `receipts`, as
+//! Tollgate writes them: they are held (40 bytes each) and merged into the walk by seq.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::io::Read;
 
@@ -84,6 +86,14 @@ struct Entry {
     key_id: String,
 }
 
+/// A receipt whose contents a retention sweep deleted: its seq and kept `thisHash`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PrunedLeaf {
+    seq: u64,
+    this_hash: String,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Anchor {
@@ -117,10 +127,13 @@ struct Chain {
     key_ids: BTreeSet<String>,
     first_seq: Option<u64>,
     failure: Option<String>,
+    /// The pruned leaves not yet reached, ascending, and how many were taken.
+    pruned: VecDeque<PrunedLeaf>,
+    pruned_count: u64,
 }
 
 impl Chain {
-    fn new(tenant: Option<String>, anchor: &Anchor, keys: KeyRing) -> Chain {
+    fn new(tenant: Option<String>, anchor: &Anchor, keys: KeyRing, pruned: Vec<PrunedLeaf>) -> Chain {
         Chain {
             tenant,
             keys,
@@ -134,6 +147,30 @@ impl Chain {
             key_ids: BTreeSet::new(),
             first_seq: None,
             failure: None,
+            pruned: pruned.into(),
+            pruned_count: 0,
+        }
+    }
+
+    /// Takes the pruned leaves below `seq` in order: each must be the next seq; its `thisHash`
+    /// is a leaf of the root and what the next receipt links to. Nothing else of it is left.
+    fn take_pruned_below(&mut self, seq: u64) {
+        while self.pruned.front().is_some_and(|p| p.seq < seq) {
+            let Some(p) = self.pruned.pop_front() else { break };
+            self.first_seq.get_or_insert(p.seq);
+            if p.seq != self.next_seq {
+                self.fail(p.seq, &format!("expected seq {} here (a pruned leaf is out of order)", self.next_seq));
+            }
+            match merkle::from_hex(&p.this_hash) {
+                Some(h) => self.merkle.push(merkle::leaf_hash(&h)),
+                None => {
+                    self.fail(p.seq, "a pruned leaf's thisHash is not 64 lowercase hex digits");
+                    self.merkle.push(merkle::leaf_hash(Sha256::digest(p.this_hash.as_bytes()).as_slice()));
+                }
+            }
+            self.prev = p.this_hash;
+            self.next_seq = p.seq + 1;
+            self.pruned_count += 1;
         }
     }
 
@@ -143,6 +180,7 @@ impl Chain {
 
     fn check(&mut self, e: Entry) {
         let seq = e.seq;
+        self.take_pruned_below(seq);
         self.first_seq.get_or_insert(seq);
         if self.tenant.as_deref().is_some_and(|t| t != e.tenant_id) {
             self.fail(seq, "tenantId differs from the bundle's tenantId");
@@ -215,6 +253,10 @@ struct Parsed {
     chain: Option<Chain>,
     /// Receipts met before `anchor`/`signingKeys` (other member orders).
     held: Option<Vec<Entry>>,
+    /// `prunedLeaves`, until the chain takes them.
+    pruned: Vec<PrunedLeaf>,
+    /// `prunedLeaves` came after receipts had been checked: they cannot be merged in.
+    pruned_late: bool,
     pinned: Vec<[u8; 32]>,
     key_failure: Option<String>,
 }
@@ -252,7 +294,7 @@ impl Parsed {
         if self.chain.is_none() && self.anchor.is_some() && self.keys.is_some() {
             let ring = self.ring();
             let anchor = self.anchor.as_ref()?;
-            self.chain = Some(Chain::new(self.tenant.clone(), anchor, ring));
+            self.chain = Some(Chain::new(self.tenant.clone(), anchor, ring, std::mem::take(&mut self.pruned)));
         }
         self.chain.as_mut()
     }
@@ -309,6 +351,10 @@ impl<'de> Visitor<'de> for Top<'_> {
                 "merkle" => p.merkle = Some(map.next_value()?),
                 "attestation" => p.attestation = Some(map.next_value()?),
                 "log" => p.log = Some(map.next_value()?),
+                "prunedLeaves" => {
+                    p.pruned = map.next_value()?;
+                    p.pruned_late = p.chain.is_some();
+                }
                 "receipts" => map.next_value_seed(Receipts(p))?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -344,11 +390,16 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]], tsa_roots: Option<&Roots>) 
         Some(c) => c,
         None => {
             let ring = p.ring();
-            Chain::new(p.tenant.clone(), p.anchor.as_ref().expect("checked above"), ring)
+            let pruned = std::mem::take(&mut p.pruned);
+            Chain::new(p.tenant.clone(), p.anchor.as_ref().expect("checked above"), ring, pruned)
         }
     };
     for e in p.held.take().unwrap_or_default() {
         chain.check(e);
+    }
+    chain.take_pruned_below(u64::MAX);
+    if p.pruned_late {
+        report.line(false, "prunedLeaves comes before receipts (as Tollgate writes it)");
     }
     if let Some(f) = p.key_failure.take() {
         report.line(false, f);
@@ -365,11 +416,11 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]], tsa_roots: Option<&Roots>) 
     let period = p.period.clone().unwrap_or(Value::Null);
     let (from_seq, to_seq) = (period["fromSeq"].as_u64(), period["toSeq"].as_u64());
     let expected = from_seq.zip(to_seq).map(|(f, t)| (t + 1).saturating_sub(f));
-    let n = chain.count;
+    let (n, pruned) = (chain.count, chain.pruned_count);
     report.line(
-        expected == Some(n) && from_seq.is_some_and(|f| f == anchor_seq + 1),
+        expected == Some(n + pruned) && from_seq.is_some_and(|f| f == anchor_seq + 1),
         format!(
-            "period: seq {} to {} holds {n} receipts, anchored at seq {anchor_seq}",
+            "period: seq {} to {} holds {n} receipts and {pruned} pruned leaves, anchored at seq {anchor_seq}",
             from_seq.map_or("?".into(), |v| v.to_string()),
             to_seq.map_or("?".into(), |v| v.to_string())
         ),
@@ -405,14 +456,15 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]], tsa_roots: Option<&Roots>) 
         att["tenantId"] == p.tenant.as_deref().unwrap_or_default()
             && att["period"]["fromSeq"] == period["fromSeq"]
             && att["period"]["toSeq"] == period["toSeq"]
-            && att["totals"]["receipts"] == n,
-        "attestation: same tenant, period and receipt count as the bundle",
+            && att["totals"]["receipts"] == n
+            && att["totals"]["prunedReceipts"].as_u64().unwrap_or(0) == pruned,
+        "attestation: same tenant, period, receipt and pruned counts as the bundle",
     );
     report.line(
         tree_head_ok(&p, &att, &root, leaf_count),
         "signed tree head: attestation.anchor.signature by its keyId over JCS({tenantId, fromSeq, toSeq, leafCount, root})",
     );
-    check_log(&mut report, &p, &chain.prev, (n > 0).then_some(to_seq).flatten(), tsa_roots);
+    check_log(&mut report, &p, &chain.prev, (n + pruned > 0).then_some(to_seq).flatten(), tsa_roots);
     report
 }
 

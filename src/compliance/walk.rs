@@ -119,19 +119,26 @@ fn check_segment(rows: &[StoredReceipt], block: bool, keys: &KeyRing, memo: Opti
             return SegmentOut { checks, span: None, ed25519: 0, memo_hit: true };
         }
     }
+    // A pruned receipt has no signature left to check (docs/log.md §7): it stays unverified,
+    // and the block holding it is never recorded in the memo.
     for ((group, group_bytes), group_checks) in
         rows.chunks(BATCH).zip(bytes.chunks(BATCH)).zip(checks.chunks_mut(BATCH))
     {
         let batch_ok = keys.verify_batch(
-            group.iter().zip(group_bytes).map(|(r, b)| (r.key_id.as_str(), b.as_slice(), r.signature.as_str())),
+            group
+                .iter()
+                .zip(group_bytes)
+                .filter(|(r, _)| !r.pruned)
+                .map(|(r, b)| (r.key_id.as_str(), b.as_slice(), r.signature.as_str())),
         );
         for ((r, b), c) in group.iter().zip(group_bytes).zip(group_checks) {
-            c.sig_ok = batch_ok || keys.verify(&r.key_id, b, &r.signature);
+            c.sig_ok = !r.pruned && (batch_ok || keys.verify(&r.key_id, b, &r.signature));
         }
     }
     let all_ok = checks.iter().all(|c| c.hash_ok && c.sig_ok);
     let span = memo.filter(|_| all_ok).and_then(|m| m.record(rows[0].receipt.seq, rows, &hashes, keys));
-    SegmentOut { checks, span, ed25519: rows.len() as u64, memo_hit: false }
+    let ed25519 = rows.iter().filter(|r| !r.pruned).count() as u64;
+    SegmentOut { checks, span, ed25519, memo_hit: false }
 }
 
 /// What checking a page found: per row, plus the memo rows it may record `(start, end, span)`.
@@ -213,6 +220,10 @@ pub struct WalkResult {
     pub bad_signature_at_seq: Option<u64>,
     /// Receipts expected in the period (`toSeq - fromSeq + 1`).
     pub expected: u64,
+    /// Receipts of the period whose contents a retention sweep deleted (docs/log.md §7): their
+    /// kept `thisHash` is a leaf of the root and the link to the next receipt; nothing else of
+    /// them is counted or checked.
+    pub pruned: u64,
     /// Signatures checked with Ed25519, and memo blocks whose signatures the memo vouched for.
     pub ed25519_checked: u64,
     pub memo_blocks: u64,
@@ -221,12 +232,16 @@ pub struct WalkResult {
 }
 
 impl WalkResult {
+    /// Every receipt of the period is there, and every kept one re-hashes and links.
     pub fn chain_verified(&self) -> bool {
-        self.broken_at_seq.is_none() && self.gap_at_seq.is_none() && self.chain_verified_count == self.expected
+        self.broken_at_seq.is_none()
+            && self.gap_at_seq.is_none()
+            && self.chain_verified_count + self.pruned == self.expected
     }
 
+    /// Every kept receipt's signature verifies.
     pub fn signatures_verified(&self) -> bool {
-        self.bad_signature_at_seq.is_none() && self.signatures_verified_count == self.expected
+        self.bad_signature_at_seq.is_none() && self.signatures_verified_count + self.pruned == self.expected
     }
 }
 
@@ -273,6 +288,7 @@ impl Walk {
                 gap_at_seq: None,
                 bad_signature_at_seq: None,
                 expected: (to_seq + 1).saturating_sub(from_seq),
+                pruned: 0,
                 ed25519_checked: 0,
                 memo_blocks: 0,
                 new_spans: Vec::new(),
@@ -311,6 +327,9 @@ impl Walk {
         if seq != self.next {
             r.gap_at_seq.get_or_insert(self.next);
             self.prev = None;
+        }
+        if row.pruned {
+            return self.step_pruned(row, c.leaf);
         }
         let linked = self.prev.as_deref().is_some_and(|p| p == row.receipt.prev_hash);
         let chained = c.hash_ok && linked;
@@ -351,6 +370,15 @@ impl Walk {
             self.key_ids.insert(row.key_id.clone());
         }
         chained
+    }
+
+    /// A pruned receipt: its kept `thisHash` is its leaf and what the next receipt links to.
+    fn step_pruned(&mut self, row: &StoredReceipt, leaf: Hash) -> bool {
+        self.r.pruned += 1;
+        self.prev = Some(row.this_hash.clone());
+        self.next = row.receipt.seq + 1;
+        self.merkle.push(leaf);
+        false
     }
 
     pub fn finish(mut self) -> WalkResult {
@@ -449,6 +477,7 @@ mod tests {
                     key_id: s.key_id.clone(),
                     kind: "model_call".into(),
                     pack_version: if seq > 5 { "ps-b".into() } else { "ps-a".into() },
+                    pruned: false,
                 }
             })
             .collect()
@@ -491,6 +520,41 @@ mod tests {
         assert_eq!(cov[&CheckName::Budget], Coverage { receipts: 0, applicable: 67 });
         assert_eq!(cov[&CheckName::Upstream], Coverage { receipts: 67, applicable: 67 });
         assert_eq!(cov[&CheckName::Policy], Coverage { receipts: 67, applicable: 100 });
+    }
+
+    /// What a retention sweep leaves of a receipt (`store::retention`): seq, id and thisHash.
+    fn prune(r: &mut StoredReceipt) {
+        let c = &mut r.receipt;
+        (c.v, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.checks) = (0, 0, 0, 0.0, Vec::new());
+        (c.request_id, c.actor, c.provider, c.model, c.ts, c.prev_hash) = Default::default();
+        c.upstream_status = "".into();
+        (r.signature, r.key_id, r.kind, r.pack_version) = Default::default();
+        r.pruned = true;
+    }
+
+    /// Pruned receipts keep their leaves and links: the root is the log's, the kept receipts
+    /// verify, and only they are counted.
+    #[test]
+    fn pruned_receipts_keep_their_leaves_and_links() {
+        let s = Signer::from_seed(&[3; 32]);
+        let rows = chain(&s, 30);
+        let whole = walk(&s, &rows, 1, 30, Some(GENESIS.into()));
+        let mut pruned = rows.clone();
+        for i in (0..10).chain([14]) {
+            prune(&mut pruned[i]);
+        }
+        let r = walk(&s, &pruned, 1, 30, Some(GENESIS.into()));
+        assert!(r.chain_verified() && r.signatures_verified(), "{r:?}");
+        assert_eq!((r.pruned, r.receipts, r.chain_verified_count, r.leaf_count), (11, 19, 19, 30));
+        assert_eq!(r.root, whole.root, "the same tree");
+        assert_eq!(r.ed25519_checked, 19, "no signature is looked for in a pruned receipt");
+        // From the first kept receipt, anchored on the pruned one's kept hash.
+        let tail = walk(&s, &pruned[10..], 11, 30, Some(pruned[9].this_hash.clone()));
+        assert!(tail.chain_verified() && tail.pruned == 1, "{tail:?}");
+        // A kept receipt altered after a pruned one is still found.
+        pruned[15].receipt.model = "other".into();
+        let r = walk(&s, &pruned, 1, 30, Some(GENESIS.into()));
+        assert_eq!((r.broken_at_seq, r.chain_verified()), (Some(16), false));
     }
 
     #[test]

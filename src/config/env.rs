@@ -89,6 +89,7 @@ fn log(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
         number(var, "TOLLGATE_LOG_TIMESTAMPING_INTERVAL_SECONDS", &mut t.interval_seconds)?;
         text(var, "TOLLGATE_LOG_TIMESTAMPING_CA_FILE", &mut t.ca_file);
     }
+    number(var, "TOLLGATE_LOG_RETENTION_FLOOR_DAYS", &mut cfg.log.retention_floor_days)?;
     Ok(())
 }
 

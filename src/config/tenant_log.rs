@@ -1,5 +1,5 @@
 //! `log:` — the tenant log's published form (docs/log.md): checkpoint origins, the checkpoint
-//! publisher, RFC 3161 timestamps and witnesses.
+//! publisher, RFC 3161 timestamps, witnesses and the retention floor.
 
 use serde::Deserialize;
 
@@ -17,7 +17,13 @@ pub struct LogSection {
     pub witnesses: Vec<WitnessConfig>,
     /// `/status` shows `witnesses` degraded while one has not cosigned for this long.
     pub witness_stale_seconds: u64,
+    /// The shortest retention a tenant may set (`PUT /v1/log/retention`), in days; a sweep
+    /// never prunes a receipt younger than this either, whatever the tenant set before.
+    pub retention_floor_days: u32,
 }
+
+/// Six months: the shortest retention a tenant may set unless the operator lowers it.
+pub const DEFAULT_RETENTION_FLOOR_DAYS: u32 = 183;
 
 impl Default for LogSection {
     fn default() -> Self {
@@ -27,6 +33,7 @@ impl Default for LogSection {
             timestamping: None,
             witnesses: Vec::new(),
             witness_stale_seconds: 3600,
+            retention_floor_days: DEFAULT_RETENTION_FLOOR_DAYS,
         }
     }
 }

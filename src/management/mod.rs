@@ -25,6 +25,7 @@ mod policies;
 mod prompts;
 mod providers;
 mod receipts;
+mod retention;
 pub mod routes;
 mod status;
 mod teams;

@@ -11,7 +11,7 @@ use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
     analytics, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts, providers,
-    receipts, status, teams, tool_servers, webhooks,
+    receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
 
@@ -93,6 +93,11 @@ use crate::error::ErrorEnvelope;
         log::inclusion,
         log::consistency,
         log::tile,
+        retention::get,
+        retention::put,
+        retention::list_holds,
+        retention::create_hold,
+        retention::delete_hold,
     ),
     components(schemas(ErrorEnvelope)),
     tags(
@@ -109,7 +114,7 @@ use crate::error::ErrorEnvelope;
         (name = "tool-servers", description = "MCP tool servers behind the gateway's /mcp/{server}; header values are write-only"),
         (name = "webhooks", description = "Endpoints that receive signed events (Standard Webhooks)"),
         (name = "billing", description = "Plan upgrades through a Stripe Checkout Session"),
-        (name = "log", description = "The tenant log: signed checkpoints, inclusion and consistency proofs, C2SP tiles"),
+        (name = "log", description = "The tenant log: signed checkpoints, inclusion and consistency proofs, C2SP tiles, retention and legal holds"),
     ),
     modifiers(&SharedParts),
     security(("bearer" = [])),

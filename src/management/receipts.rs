@@ -141,6 +141,17 @@ pub(super) struct ReceiptPage<'a> {
     receipts: Vec<ReceiptEntry<'a>>,
     /// The `seq` to pass as `?cursor=` for the next page; null on the last.
     next_cursor: Option<u64>,
+    /// Receipts pruned by the log's retention are skipped (docs/log.md §7): every pruned
+    /// receipt has a seq below this one (those below it still listed are under a legal hold, or
+    /// were newer than the retention at the sweep); null = none was pruned.
+    pruned_before: Option<u64>,
+}
+
+/// `prunedBefore` of the tenant's lists and bundles: one more than the highest pruned seq, or
+/// None when no receipt was pruned.
+pub(super) async fn pruned_before(store: &Store, tenant: &str) -> Result<Option<u64>, ApiError> {
+    let through = store::retention::get(store, tenant).await?.pruned_through;
+    Ok((through > 0).then_some(through + 1))
 }
 
 /// List receipts
@@ -158,7 +169,8 @@ pub async fn list(app: &App, caller: &Caller, req: &Req) -> Handled {
     rows.truncate(limit as usize);
     let next = if more { rows.last().map(|r| r.receipt.seq) } else { None };
     let receipts = rows.iter().map(list_entry).collect();
-    Ok(Reply::json(200, &ReceiptPage { receipts, next_cursor: next }))
+    let pruned_before = pruned_before(&app.store, caller.tenant()).await?;
+    Ok(Reply::json(200, &ReceiptPage { receipts, next_cursor: next, pruned_before }))
 }
 
 /// The signature check of one stored receipt against the registry key it names.
@@ -199,12 +211,24 @@ pub(super) struct FullReceipt<'a> {
     verified: bool,
 }
 
+/// A receipt of the tenant, or 410 when retention pruned it (docs/log.md §7).
+pub(super) async fn kept(store: &Store, tenant: &str, id: &str) -> Result<StoredReceipt, ApiError> {
+    let r = stored::by_id(store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    if r.pruned {
+        return Err(ApiError::pruned(r.receipt.seq, &r.this_hash));
+    }
+    Ok(r)
+}
+
 /// Get one receipt, with a fresh signature check
 #[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "receipts",
     params(("id" = String, Path, description = "Receipt id (`x-tollgate-receipt-id`)")),
-    responses((status = 200, description = "The receipt", body = FullReceipt), Missing, Authenticated))]
+    responses((status = 200, description = "The receipt", body = FullReceipt), Missing,
+        (status = 410, description = "receipt_pruned: the log's retention deleted its contents; `seq` and \
+            `thisHash` are what is left (its leaf in the tenant log)", body = crate::error::PrunedEnvelope),
+        Authenticated))]
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
-    let r = stored::by_id(&app.store, caller.tenant(), id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let r = kept(&app.store, caller.tenant(), id).await?;
     let verified = verified(&app.store, &r).await?;
     Ok(Reply::json(
         200,
@@ -252,6 +276,8 @@ enum Format {
     responses((status = 200, description = "The receipts, oldest first: one JSON object per line, or CSV with a header row",
             content((String = "application/x-ndjson"), (String = "text/csv")),
             headers(("x-tollgate-truncated" = bool, description = "Whether more receipts matched than `limit`"),
+                ("x-tollgate-pruned-through" = u64, description = "The highest seq pruned by the log's retention \
+                    (0: none); pruned receipts are never exported"),
                 ("content-disposition" = String, description = "attachment; filename=..."))),
         Authenticated))]
 pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
@@ -272,6 +298,10 @@ pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
         ("content-type", ctype.to_string()),
         ("content-disposition", format!("attachment; filename=\"receipts.{ext}\"")),
         ("x-tollgate-truncated", truncated.to_string()),
+        (
+            "x-tollgate-pruned-through",
+            store::retention::get(&app.store, caller.tenant()).await?.pruned_through.to_string(),
+        ),
     ];
     let body = ExportStream {
         store: app.store.clone(),

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use super::handler::{Caller, Handled, Req};
 use super::{
     analytics, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies, prompts,
-    providers, receipts, status, teams, tool_servers, webhooks,
+    providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
 use Serve::{Keyed, Public};
@@ -195,6 +195,11 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/log/inclusion", Keyed(|c| Box::pin(log::inclusion(c.app, c.caller, c.req)))),
     r("GET", "/v1/log/consistency", Keyed(|c| Box::pin(log::consistency(c.app, c.caller, c.req)))),
     rest("GET", "/v1/log/tile/{tilePath}", Keyed(|c| Box::pin(log::tile(c.app, c.caller, c.req)))),
+    r("GET", "/v1/log/retention", Keyed(|c| Box::pin(retention::get(c.app, c.caller)))),
+    r("PUT", "/v1/log/retention", Keyed(|c| Box::pin(retention::put(c.app, c.caller, c.req)))),
+    r("GET", "/v1/log/holds", Keyed(|c| Box::pin(retention::list_holds(c.app, c.caller, c.req)))),
+    r("POST", "/v1/log/holds", Keyed(|c| Box::pin(retention::create_hold(c.app, c.caller, c.req)))),
+    r("DELETE", "/v1/log/holds/{id}", Keyed(|c| Box::pin(retention::delete_hold(c.app, c.caller, c.params[0])))),
 ];
 
 /// The paths an auditor key may `GET` (docs/log.md §8): receipts, the log, compliance

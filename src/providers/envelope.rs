@@ -35,7 +35,17 @@ impl Flavor {
 impl ApiError {
     pub fn envelope(&self, flavor: Flavor) -> serde_json::Value {
         let detail = ErrorDetail { kind: self.kind.type_name(), message: &self.message, code: self.status() };
-        let mut inner = serde_json::to_value(detail).unwrap_or_default();
+        let inner = serde_json::to_value(detail).unwrap_or_default();
+        let mut body = self.flavored(flavor, inner);
+        // Members that ride along (`ApiError::with_members`), beside `error`.
+        for (name, value) in &self.members {
+            body[*name] = value.clone();
+        }
+        body
+    }
+
+    /// The envelope of `flavor` around the contract's `{type, message, code}`.
+    fn flavored(&self, flavor: Flavor, mut inner: serde_json::Value) -> serde_json::Value {
         match flavor {
             Flavor::Plain => json!({ "error": inner }),
             Flavor::OpenAi => {
@@ -55,5 +65,24 @@ impl ApiError {
 
     pub fn body(&self, flavor: Flavor) -> Vec<u8> {
         serde_json::to_vec(&self.envelope(flavor)).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 410 `receipt_pruned` (docs/log.md §7): what is left of the receipt rides beside `error`.
+    #[test]
+    fn extra_members_ride_beside_the_error() {
+        let e = ApiError::pruned(7, "ab");
+        assert_eq!(e.status(), 410);
+        let body = e.envelope(Flavor::Plain);
+        assert_eq!(body["error"]["type"], "receipt_pruned");
+        assert_eq!(body["error"]["code"], 410);
+        assert_eq!((body["seq"].clone(), body["thisHash"].clone()), (json!(7), json!("ab")));
+        assert_eq!(body.as_object().unwrap().len(), 3);
+        let plain = ApiError::not_found("receipt").envelope(Flavor::Plain);
+        assert_eq!(plain.as_object().unwrap().keys().collect::<Vec<_>>(), ["error"]);
     }
 }

@@ -15,6 +15,9 @@ pub struct StoredReceipt {
     pub key_id: String,
     pub kind: String,
     pub pack_version: String,
+    /// Its contents were deleted by a retention sweep (docs/log.md §7): only `seq`, `receiptId`,
+    /// `tenantId` and `thisHash` are left; every other member is empty or zero.
+    pub pruned: bool,
 }
 
 impl StoredReceipt {
@@ -44,6 +47,7 @@ impl StoredReceipt {
             key_id: row.key_id.into(),
             kind: row.kind.into(),
             pack_version: row.pack_version.into(),
+            pruned: row.pruned,
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod prompts;
 pub mod providers;
 pub mod receipts;
 pub mod responses;
+pub mod retention;
 pub mod rows;
 pub mod spans;
 pub mod spend;

@@ -31,12 +31,13 @@ pub async fn seq_bounds_by_ts(
 }
 
 /// The highest `seq` with `ts < before` (0 when there is none): where an empty period sits.
+/// Pruned receipts (their `ts` emptied, `store::retention`) have no time and are left out.
 pub async fn last_seq_before(store: &Store, tenant_id: &str, before_ts: &str) -> Result<u64, StoreError> {
     store.settled().await?;
     let (t, b) = (tenant_id.to_string(), before_ts.to_string());
     store
         .run(move |pool, _| async move {
-            let row = sqlx::query("SELECT MAX(seq) AS hi FROM receipts WHERE tenant_id = $1 AND ts < $2")
+            let row = sqlx::query("SELECT MAX(seq) AS hi FROM receipts WHERE tenant_id = $1 AND ts > '' AND ts < $2")
                 .bind(t)
                 .bind(b)
                 .fetch_one(&pool)
@@ -46,10 +47,10 @@ pub async fn last_seq_before(store: &Store, tenant_id: &str, before_ts: &str) ->
         .await
 }
 
-/// The stored `ts` of one seq, if that receipt exists.
+/// The stored `ts` of one seq, if that receipt exists and was not pruned (its `ts` emptied).
 pub async fn ts_at(store: &Store, tenant_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
     store.settled().await?;
-    super::receipts::text_at(store, tenant_id, seq, "ts").await
+    Ok(super::receipts::text_at(store, tenant_id, seq, "ts").await?.filter(|ts| !ts.is_empty()))
 }
 
 /// `(seq, this_hash)` of receipts with `from <= seq <= to`, ascending, at most `limit`: the

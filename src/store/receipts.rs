@@ -76,6 +76,9 @@ pub struct ReceiptRow<S> {
     pub key_id: S,
     pub kind: S,
     pub pack_version: S,
+    /// Emptied by a retention sweep (`pruned_at` set): only `tenant_id`, `seq`, `receipt_id` and
+    /// `this_hash` hold their values (`store::retention`).
+    pub pruned: bool,
 }
 
 /// The columns of `receipts`, in the order a [`Record`] holds their values, the append binds
@@ -154,8 +157,10 @@ fn column_list(keep: impl Fn(Read) -> bool) -> String {
     RECEIPT_COLUMNS.iter().filter(|c| keep(c.read)).map(|c| c.name).collect::<Vec<_>>().join(", ")
 }
 
-/// What row queries select: every column a [`ReceiptRow`] holds.
-static COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|r| r != Read::No));
+/// What row queries select: every column a [`ReceiptRow`] holds. `pruned_at` is not one of
+/// [`RECEIPT_COLUMNS`]: no append writes it (a record's values, and the journal's lines, keep
+/// their shape); a retention sweep sets it (`store::retention`).
+static COLUMNS: LazyLock<String> = LazyLock::new(|| format!("{}, pruned_at", column_list(|r| r != Read::No)));
 static INSERT_COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|_| true));
 
 fn from_row(r: &AnyRow) -> Result<ReceiptRow<String>, sqlx::Error> {
@@ -181,6 +186,7 @@ fn from_row(r: &AnyRow) -> Result<ReceiptRow<String>, sqlx::Error> {
         key_id: r.try_get("key_id")?,
         kind: r.try_get("kind")?,
         pack_version: r.try_get("receipt_pack_version")?,
+        pruned: r.try_get::<Option<String>, _>("pruned_at")?.is_some(),
     })
 }
 
@@ -756,7 +762,8 @@ pub struct Filter {
     pub kind: Option<String>,
 }
 
-const FILTER_SQL: &str = "tenant_id = $1 \
+/// Pruned receipts (`store::retention`) match no filter: lists and exports skip them.
+const FILTER_SQL: &str = "tenant_id = $1 AND pruned_at IS NULL \
      AND (CAST($2 AS TEXT) IS NULL OR ts >= $2) AND (CAST($3 AS TEXT) IS NULL OR ts <= $3) \
      AND (CAST($4 AS TEXT) IS NULL OR actor = $4) AND (CAST($5 AS TEXT) IS NULL OR provider = $5) \
      AND (CAST($6 AS TEXT) IS NULL OR model = $6) AND (CAST($7 AS TEXT) IS NULL OR check_names LIKE $7) \
@@ -827,7 +834,8 @@ pub async fn page_with_any_check(
             let any = if any.is_empty() { "1 = 0".to_string() } else { any };
             let bound = before.map(|b| format!("AND seq < {b}")).unwrap_or_default();
             let sql = format!(
-                "SELECT {} FROM receipts WHERE tenant_id = $1 AND ({any}) {bound} ORDER BY seq DESC LIMIT ${}",
+                "SELECT {} FROM receipts WHERE tenant_id = $1 AND pruned_at IS NULL AND ({any}) {bound} \
+                 ORDER BY seq DESC LIMIT ${}",
                 *COLUMNS,
                 likes.len() + 2
             );
@@ -881,7 +889,8 @@ pub async fn seq_range(
         .await
 }
 
-/// The `concat(...)` arguments that pack one receipt: the [`Read::Page`] columns in table order.
+/// The `concat(...)` arguments that pack one receipt: the [`Read::Page`] columns in table order,
+/// then whether it was pruned (a number, `1` or `0`).
 fn packed_row(backend: Backend) -> String {
     let parts: Vec<String> = RECEIPT_COLUMNS
         .iter()
@@ -895,6 +904,7 @@ fn packed_row(backend: Backend) -> String {
             (Field::Number, _) => format!("{col}, ';'"),
             (Field::Text, _) => format!("octet_length({col}), ':', {col}"),
         })
+        .chain(["CASE WHEN pruned_at IS NULL THEN '0' ELSE '1' END, ';'".to_string()])
         .collect();
     parts.join(", ")
 }
@@ -920,7 +930,7 @@ pub async fn seq_range_packed(
             let page = format!(
                 "FROM (SELECT {} FROM receipts WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq \
                  LIMIT $4) AS r",
-                column_list(|r| matches!(r, Read::Page(_)))
+                column_list(|r| matches!(r, Read::Page(_))) + ", pruned_at"
             );
             let row = packed_row(backend);
             let sql = match backend {
@@ -1004,6 +1014,7 @@ pub fn unpack_rows<'a>(tenant_id: &'a str, page: &'a str) -> Result<Vec<ReceiptR
             key_id: u.text()?,
             kind: u.text()?,
             pack_version: u.text()?,
+            pruned: u.int()? != 0,
             tenant_id,
         });
     }

@@ -6,12 +6,12 @@ use utoipa::ToSchema;
 
 use super::super::handler::{Caller, Handled, Reply, Req};
 use super::super::openapi_parts::{Authenticated, Missing};
-use super::super::receipts::verified;
+use super::super::receipts::{kept, verified};
 use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, KEY, RECEIPT};
 use crate::compliance::{pack_sets, DISCLAIMER, SCOPE};
 use crate::error::{ApiError, ErrorKind};
-use crate::receipts::{stored, Check};
+use crate::receipts::Check;
 
 /// The check that proves `control` on a receipt with these `checks`, and its result; `None` when
 /// the receipt proves nothing about it: an external control, or none of its checks ran here.
@@ -108,10 +108,12 @@ fn framework_item<'a>(p: &'a Pack, resolution: &'a str, checks: &[Check], verifi
     tag = "compliance",
     params(("id" = String, Path, description = "Receipt id"),
         ("framework" = Option<String>, Query, description = "Only this framework")),
-    responses((status = 200, description = "The receipt's controls", body = ReceiptControls), Missing, Authenticated))]
+    responses((status = 200, description = "The receipt's controls", body = ReceiptControls), Missing,
+        (status = 410, description = "receipt_pruned: the log's retention deleted its contents",
+            body = crate::error::PrunedEnvelope), Authenticated))]
 pub async fn receipt_controls(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     let tenant = caller.tenant();
-    let r = stored::by_id(&app.store, tenant, id).await?.ok_or_else(|| ApiError::not_found("receipt"))?;
+    let r = kept(&app.store, tenant, id).await?;
     let ok = verified(&app.store, &r).await?;
     let snap = app.snapshot.load();
     let resolution = pack_sets::resolve(&app.store, tenant, &r.pack_version, snap.packs(tenant)).await?;

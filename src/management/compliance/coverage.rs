@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::super::handler::{number, Caller, Handled, Reply, Req};
 use super::super::openapi_parts::{Authenticated, Missing};
-use super::super::receipts::{list_entry, ReceiptEntry};
+use super::super::receipts::{list_entry, pruned_before, ReceiptEntry};
 use crate::app::App;
 use crate::compliance::pack::{Control, Coverage, Pack, Source, Status, Summary, KEY, RECEIPT};
 use crate::compliance::{DISCLAIMER, SCOPE};
@@ -94,6 +94,9 @@ pub(in super::super) struct ControlRef<'a> {
 pub(in super::super) struct ControlReceipts<'a> {
     receipts: Vec<ReceiptEntry<'a>>,
     next_cursor: Option<u64>,
+    /// Receipts pruned by the log's retention are not listed: every pruned one has a seq below
+    /// this; null = none was pruned (docs/log.md §7).
+    pruned_before: Option<u64>,
     framework: &'a str,
     pack_hash: &'a str,
     control: ControlRef<'a>,
@@ -135,6 +138,7 @@ pub async fn control_receipts(app: &App, caller: &Caller, framework: &str, contr
     let body = ControlReceipts {
         receipts: rows.iter().map(list_entry).collect(),
         next_cursor: next,
+        pruned_before: pruned_before(&app.store, tenant).await?,
         framework: &pack.framework,
         pack_hash: &pack.hash,
         control,
