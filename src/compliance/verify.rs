@@ -116,6 +116,8 @@ struct KeyDoc {
 /// The running checks over the receipts array.
 struct Chain {
     tenant: Option<String>,
+    /// The seq of the anchor the walk starts after.
+    anchor_seq: u64,
     keys: KeyRing,
     prev: String,
     next_seq: u64,
@@ -136,6 +138,7 @@ impl Chain {
     fn new(tenant: Option<String>, anchor: &Anchor, keys: KeyRing, pruned: Vec<PrunedLeaf>) -> Chain {
         Chain {
             tenant,
+            anchor_seq: anchor.seq,
             keys,
             prev: anchor.this_hash.clone(),
             next_seq: anchor.seq + 1,
@@ -381,11 +384,26 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]], tsa_roots: Option<&Roots>) 
         p.format.as_deref() == Some(FORMAT),
         format!("format is {FORMAT} (found {:?})", p.format.as_deref().unwrap_or("none")),
     );
-    let (Some(anchor), Some(_)) = (p.anchor.as_ref(), p.keys.as_ref()) else {
+    let Some(mut chain) = walked_chain(&mut p, &mut report) else { return report };
+    let period = p.period.clone().unwrap_or(Value::Null);
+    let to_seq = period["toSeq"].as_u64();
+    chain_lines(&mut report, &chain, &period, pinned.is_empty());
+    let leaf_count = chain.merkle.len();
+    let root = merkle::to_hex(&std::mem::take(&mut chain.merkle).finish());
+    root_lines(&mut report, &p, &chain, &period, &root, leaf_count);
+    let proved = (chain.count + chain.pruned_count > 0).then_some(to_seq).flatten();
+    check_log(&mut report, &p, &chain.prev, proved, tsa_roots);
+    report
+}
+
+/// The receipts walked from the anchor (those met before `anchor`/`signingKeys` too), the
+/// pruned leaves merged in, and the first per-receipt failure reported; None (reported) when
+/// the bundle has no anchor or keys.
+fn walked_chain(p: &mut Parsed, report: &mut Report) -> Option<Chain> {
+    if p.anchor.is_none() || p.keys.is_none() {
         report.line(false, "the bundle has `anchor` and `signingKeys`");
-        return report;
-    };
-    let anchor_seq = anchor.seq;
+        return None;
+    }
     let mut chain = match p.chain.take() {
         Some(c) => c,
         None => {
@@ -408,64 +426,70 @@ pub fn verify(input: impl Read, pinned: &[[u8; 32]], tsa_roots: Option<&Roots>) 
     if let Some(f) = chain.failure.take() {
         report.fail(f);
     }
-    let keys_note = if pinned.is_empty() {
+    Some(chain)
+}
+
+/// The period, hash, signature and link lines of the walk.
+fn chain_lines(report: &mut Report, chain: &Chain, period: &Value, self_keyed: bool) {
+    let keys_note = if self_keyed {
         "keys as listed in the bundle; pass --key to pin trusted public keys"
     } else {
         "keys pinned with --key"
     };
-    let period = p.period.clone().unwrap_or(Value::Null);
+    let anchor_seq = chain.anchor_seq;
     let (from_seq, to_seq) = (period["fromSeq"].as_u64(), period["toSeq"].as_u64());
     let expected = from_seq.zip(to_seq).map(|(f, t)| (t + 1).saturating_sub(f));
     let (n, pruned) = (chain.count, chain.pruned_count);
+    let shown = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
     report.line(
         expected == Some(n + pruned) && from_seq.is_some_and(|f| f == anchor_seq + 1),
         format!(
             "period: seq {} to {} holds {n} receipts and {pruned} pruned leaves, anchored at seq {anchor_seq}",
-            from_seq.map_or("?".into(), |v| v.to_string()),
-            to_seq.map_or("?".into(), |v| v.to_string())
+            shown(from_seq),
+            shown(to_seq)
         ),
     );
     report.line(
         chain.hashes_ok == n,
         format!("hashes: {} of {n} thisHash values re-derived from the RFC 8785 canonical members", chain.hashes_ok),
     );
+    let key_ids = chain.key_ids.iter().cloned().collect::<Vec<_>>().join(", ");
     report.line(
         chain.signatures_ok == n,
         format!(
-            "signatures: {} of {n} Ed25519 signatures verified (key ids {}; {keys_note})",
-            chain.signatures_ok,
-            chain.key_ids.iter().cloned().collect::<Vec<_>>().join(", ")
+            "signatures: {} of {n} Ed25519 signatures verified (key ids {key_ids}; {keys_note})",
+            chain.signatures_ok
         ),
     );
     report.line(
         chain.links_ok == n && chain.first_seq.is_none_or(|s| s == anchor_seq + 1),
         format!("chain: {} of {n} prevHash links hold, from the anchor at seq {anchor_seq}, no gap", chain.links_ok),
     );
-    let leaf_count = chain.merkle.len();
-    let root = merkle::to_hex(&chain.merkle.finish());
+}
+
+/// The Merkle root, attestation and signed-tree-head lines.
+fn root_lines(report: &mut Report, p: &Parsed, chain: &Chain, period: &Value, root: &str, leaf_count: u64) {
     let merkle_doc = p.merkle.clone().unwrap_or(Value::Null);
     let att = p.attestation.clone().unwrap_or(Value::Null);
     report.line(
         merkle_doc["algorithm"] == MERKLE_ALGORITHM
-            && merkle_doc["root"] == root.as_str()
+            && merkle_doc["root"] == root
             && merkle_doc["leafCount"] == leaf_count
-            && att["merkle"]["root"] == root.as_str(),
+            && att["merkle"]["root"] == root,
         format!("merkle: RFC 6962 root {root} over {leaf_count} leaves equals merkle.root and attestation.merkle.root"),
     );
     report.line(
         att["tenantId"] == p.tenant.as_deref().unwrap_or_default()
             && att["period"]["fromSeq"] == period["fromSeq"]
             && att["period"]["toSeq"] == period["toSeq"]
-            && att["totals"]["receipts"] == n
-            && att["totals"]["prunedReceipts"].as_u64().unwrap_or(0) == pruned,
+            && att["totals"]["receipts"] == chain.count
+            && att["totals"]["prunedReceipts"].as_u64().unwrap_or(0) == chain.pruned_count,
         "attestation: same tenant, period, receipt and pruned counts as the bundle",
     );
     report.line(
-        tree_head_ok(&p, &att, &root, leaf_count),
+        tree_head_ok(p, &att, root, leaf_count),
         "signed tree head: attestation.anchor.signature by its keyId over JCS({tenantId, fromSeq, toSeq, leafCount, root})",
     );
-    check_log(&mut report, &p, &chain.prev, (n + pruned > 0).then_some(to_seq).flatten(), tsa_roots);
-    report
 }
 
 /// The bundle's `log` member (docs/log.md §6): the checkpoint is signed, under its origin, by a
