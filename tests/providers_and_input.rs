@@ -123,9 +123,12 @@ fn status_lists_webhooks_as_unconfigured_without_degrading() {
     // One process: no shared state (Redis) either, which is not a fault.
     let shared = components.iter().find(|c| c["name"] == "shared-state").unwrap_or_else(|| panic!("{status}"));
     assert_eq!(shared["status"], "unconfigured", "{shared}");
+    // Nor witnesses of the tenant log (docs/log.md §5).
+    let witnesses = components.iter().find(|c| c["name"] == "witnesses").unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(witnesses["status"], "unconfigured", "{witnesses}");
     // Nothing else is wrong on a fresh gateway, so the unconfigured parts leave it operational.
-    let others: Vec<&Value> =
-        components.iter().filter(|c| c["name"] != "webhooks" && c["name"] != "shared-state").collect();
+    let unconfigured = ["webhooks", "shared-state", "witnesses"];
+    let others: Vec<&Value> = components.iter().filter(|c| !unconfigured.iter().any(|n| c["name"] == *n)).collect();
     assert!(others.iter().all(|c| c["status"] == "operational"), "{status}");
     assert_eq!(status["status"], "operational", "{status}");
 }
