@@ -191,15 +191,6 @@ fn another_tenant_sees_none_of_it() {
     assert_eq!(bundle.json()["receipts"].as_array().unwrap().len(), 0);
 }
 
-fn verify_cli(g: &Gateway, bundle: &[u8], extra: &[&str]) -> (bool, String) {
-    let path = g.dir.join(format!("bundle-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, bundle).unwrap();
-    let mut args = vec!["verify", path.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let out = g.cli(&args);
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
-}
-
 #[test]
 fn evidence_bundles_verify_offline_and_tampering_fails() {
     for b in backends() {
@@ -215,7 +206,7 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
         assert_eq!(bundle["merkle"], bundle["attestation"]["merkle"]);
         assert_eq!(bundle["attestation"]["totals"]["chainVerified"], true);
 
-        let (ok, out) = verify_cli(&g, &r.body, &[]);
+        let (ok, out) = g.verify_bundle(&r.body, &[]);
         assert!(ok, "{out}");
         assert!(
             out.contains("5 of 5 Ed25519 signatures verified") && out.contains("verified: every check holds"),
@@ -223,47 +214,46 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
         );
         let public =
             g.get_json(&g.key, "/v1/compliance/signing-keys")["keys"][0]["publicKey"].as_str().unwrap().to_string();
-        assert!(verify_cli(&g, &r.body, &["--key", &public]).0, "pinned to the real key");
+        assert!(g.verify_bundle(&r.body, &["--key", &public]).0, "pinned to the real key");
         let stranger = base64::engine::general_purpose::STANDARD
             .encode(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key().to_bytes());
-        assert!(!verify_cli(&g, &r.body, &["--key", &stranger]).0, "pinned to another key");
+        assert!(!g.verify_bundle(&r.body, &["--key", &stranger]).0, "pinned to another key");
 
         let tampered = |f: &dyn Fn(&mut Value)| {
             let mut v = bundle.clone();
             f(&mut v);
             serde_json::to_vec(&v).unwrap()
         };
-        let (ok, out) = verify_cli(&g, &tampered(&|v| v["receipts"][2]["costUsd"] = json!(123.0)), &[]);
+        let (ok, out) = g.verify_bundle(&tampered(&|v| v["receipts"][2]["costUsd"] = json!(123.0)), &[]);
         assert!(!ok && out.contains("first failure: seq 4"), "{out}");
         // The log member (docs/log.md §6): a signed checkpoint whose tree holds toSeq.
         assert_eq!(bundle["log"]["inclusion"]["seq"], 6, "{}", bundle["log"]);
         assert!(bundle["log"]["checkpoint"].as_str().unwrap().contains(&format!("/{}\n6\n", g.tenant_id)));
-        let (ok, out) = verify_cli(&g, &r.body, &[]);
+        let (ok, out) = g.verify_bundle(&r.body, &[]);
         assert!(ok && out.contains("log: receipt seq 6 is in the checkpoint's tree"), "{out}");
         let forged_proof = tampered(&|v| v["log"]["inclusion"]["proof"][0] = json!("00".repeat(32)));
-        let (ok, out) = verify_cli(&g, &forged_proof, &[]);
+        let (ok, out) = g.verify_bundle(&forged_proof, &[]);
         assert!(!ok && out.contains("first failure: log: receipt seq 6"), "{out}");
         let forged_size = tampered(&|v| {
             let c = v["log"]["checkpoint"].as_str().unwrap().replacen("\n6\n", "\n7\n", 1);
             v["log"]["checkpoint"] = json!(c);
         });
-        let (ok, out) = verify_cli(&g, &forged_size, &[]);
+        let (ok, out) = g.verify_bundle(&forged_size, &[]);
         assert!(!ok && out.contains("first failure: log: checkpoint"), "{out}");
-        let (ok, out) = verify_cli(
-            &g,
+        let (ok, out) = g.verify_bundle(
             &tampered(&|v| {
                 v["receipts"].as_array_mut().unwrap().remove(1);
             }),
             &[],
         );
         assert!(!ok && out.contains("first failure: seq 4"), "removed seq 3: {out}");
-        let (ok, out) = verify_cli(&g, &tampered(&|v| v["merkle"]["root"] = json!("00".repeat(32))), &[]);
+        let (ok, out) = g.verify_bundle(&tampered(&|v| v["merkle"]["root"] = json!("00".repeat(32))), &[]);
         assert!(!ok && out.contains("FAIL  merkle"), "{out}");
-        let (ok, out) = verify_cli(&g, &tampered(&|v| v["attestation"]["period"]["toSeq"] = json!(7)), &[]);
+        let (ok, out) = g.verify_bundle(&tampered(&|v| v["attestation"]["period"]["toSeq"] = json!(7)), &[]);
         assert!(!ok, "{out}");
-        let (ok, out) = verify_cli(&g, &tampered(&|v| v["anchor"]["thisHash"] = json!("ab".repeat(32))), &[]);
+        let (ok, out) = g.verify_bundle(&tampered(&|v| v["anchor"]["thisHash"] = json!("ab".repeat(32))), &[]);
         assert!(!ok && out.contains("seq 2"), "{out}");
-        let (ok, out) = verify_cli(&g, b"{\"format\": ", &[]);
+        let (ok, out) = g.verify_bundle(b"{\"format\": ", &[]);
         assert!(!ok && out.contains("not a well-formed"), "{out}");
     }
 }

@@ -258,15 +258,6 @@ fn env<'a>(tsa_url: &'a str, ca: &'a str) -> Vec<(&'a str, &'a str)> {
     ]
 }
 
-fn verify_cli(g: &Gateway, bundle: &[u8], extra: &[&str]) -> (bool, String) {
-    let path = g.dir.join(format!("bundle-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, bundle).unwrap();
-    let mut args = vec!["verify", path.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let out = g.cli(&args);
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
-}
-
 /// The publisher publishes as the log grows; the TSA stamps the newest checkpoints; every
 /// stored token passes `openssl ts -verify`; the bundle carries the stamp and `tollgate verify
 /// --tsa-ca` checks it.
@@ -329,16 +320,16 @@ fn bundle_carries_the_stamp(g: &Gateway, pki: &Pki) {
     assert_eq!(log["inclusion"]["size"], newest["size"]);
 
     let ca = pki.ca().display().to_string();
-    let (ok, out) = verify_cli(g, &r.body, &["--tsa-ca", &ca]);
+    let (ok, out) = g.verify_bundle(&r.body, &["--tsa-ca", &ca]);
     assert!(ok && out.contains("chains to --tsa-ca"), "{out}");
-    let (ok, out) = verify_cli(g, &r.body, &[]);
+    let (ok, out) = g.verify_bundle(&r.body, &[]);
     assert!(ok && out.contains("signature NOT checked"), "{out}");
     let stranger = Pki::new("stranger");
-    let (ok, out) = verify_cli(g, &r.body, &["--tsa-ca", stranger.ca().to_str().unwrap()]);
+    let (ok, out) = g.verify_bundle(&r.body, &["--tsa-ca", stranger.ca().to_str().unwrap()]);
     assert!(!ok && out.contains("does not chain"), "another root: {out}");
     let mut altered = bundle.clone();
     altered["log"]["timestamp"]["genTime"] = "2001-01-01T00:00:00Z".into();
-    let (ok, out) = verify_cli(g, &serde_json::to_vec(&altered).unwrap(), &["--tsa-ca", &ca]);
+    let (ok, out) = g.verify_bundle(&serde_json::to_vec(&altered).unwrap(), &["--tsa-ca", &ca]);
     assert!(!ok && out.contains("genTime"), "{out}");
 }
 

@@ -284,6 +284,17 @@ impl Gateway {
         Command::new(bin()).args(args).envs(self.env.iter().cloned()).stdin(Stdio::null()).output().unwrap()
     }
 
+    /// `tollgate verify` on `bundle` (written to a file in the gateway's directory) with `extra`
+    /// arguments: whether it passed, and what it printed.
+    pub fn verify_bundle(&self, bundle: &[u8], extra: &[&str]) -> (bool, String) {
+        let path = self.dir.join(format!("bundle-{}.json", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&path, bundle).unwrap();
+        let mut args = vec!["verify", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = self.cli(&args);
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+    }
+
     /// A new tenant and its manager key, through `tollgate tenant create --json`.
     pub fn create_tenant(&self, name: &str) -> (String, String) {
         let out = self.cli(&["tenant", "create", "--name", name, "--json"]);
