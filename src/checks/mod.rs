@@ -39,7 +39,9 @@ pub fn table(ledger: Arc<Ledger>, answers: Arc<AnswerCache>, shared: Option<Arc<
                 CheckName::Budget => Box::new(budget::plugin::Budget::new(ledger.clone(), shared.clone())),
                 CheckName::Guardrail => Box::new(guardrail::plugin::Guardrail),
                 CheckName::Cache => Box::new(cache::plugin::Cache::new(answers.clone(), shared.clone())),
-                CheckName::Upstream => unreachable!("the upstream call is the gateway's, not a check"),
+                CheckName::Upstream | CheckName::Authz => {
+                    unreachable!("the upstream call is the gateway's, and authz the management API's: not checks")
+                }
             }
         })
         .collect()

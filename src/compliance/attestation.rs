@@ -227,6 +227,9 @@ pub struct Totals {
     pub receipts: u64,
     pub model_receipts: u64,
     pub tool_receipts: u64,
+    /// `admin` receipts of the period (management writes and evidence reads, docs/log.md §8):
+    /// counted here only, not in `receipts` nor any count but the chain's and signatures'.
+    pub admin_events: u64,
     pub chain_verified_count: u64,
     pub signatures_verified_count: u64,
     pub policy_evaluated: u64,
@@ -315,6 +318,7 @@ pub fn document(
             receipts: w.receipts,
             model_receipts: w.model_receipts,
             tool_receipts: w.tool_receipts,
+            admin_events: w.admin_events,
             chain_verified_count: w.chain_verified_count,
             signatures_verified_count: w.signatures_verified_count,
             policy_evaluated: w.policy_evaluated,

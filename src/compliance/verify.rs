@@ -81,6 +81,9 @@ struct Entry {
     upstream_status: Term<UpstreamStatus>,
     ts: String,
     prev_hash: String,
+    /// Only on `admin` receipts (signed there).
+    #[serde(default)]
+    subject: Option<String>,
     this_hash: String,
     signature: String,
     key_id: String,
@@ -212,6 +215,7 @@ impl Chain {
             upstream_status: e.upstream_status,
             ts: e.ts,
             prev_hash: e.prev_hash,
+            subject: e.subject,
         };
         // The generic RFC 8785 canonicalizer, not the writer's hand-rolled one: a second
         // implementation is what makes this an independent check.
@@ -482,9 +486,10 @@ fn root_lines(report: &mut Report, p: &Parsed, chain: &Chain, period: &Value, ro
         att["tenantId"] == p.tenant.as_deref().unwrap_or_default()
             && att["period"]["fromSeq"] == period["fromSeq"]
             && att["period"]["toSeq"] == period["toSeq"]
-            && att["totals"]["receipts"] == chain.count
+            && att["totals"]["receipts"].as_u64().unwrap_or(0) + att["totals"]["adminEvents"].as_u64().unwrap_or(0)
+                == chain.count
             && att["totals"]["prunedReceipts"].as_u64().unwrap_or(0) == chain.pruned_count,
-        "attestation: same tenant, period, receipt and pruned counts as the bundle",
+        "attestation: same tenant, period, receipt (calls + adminEvents) and pruned counts as the bundle",
     );
     report.line(
         tree_head_ok(p, &att, root, leaf_count),

@@ -89,6 +89,8 @@ pub struct Req {
     pub segments: Vec<String>,
     pub query: Vec<(String, String)>,
     pub body: bytes::Bytes,
+    /// The call's `X-Request-Id` (its admin receipt's `requestId`), else one generated.
+    pub request_id: String,
 }
 
 impl Req {

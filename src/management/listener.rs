@@ -16,9 +16,11 @@ use pingora::server::ShutdownWatch;
 use super::answer::answer;
 use super::handler::{Caller, Handled, Req};
 use super::nul;
-use super::routes::{self, Call, Found, Serve};
+use super::routes::{self, Call, Found, KeyedHandler, Route, Serve};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
+use crate::receipts::admin;
+use crate::store::audit;
 
 pub struct ManagementApp {
     app: Arc<App>,
@@ -71,6 +73,15 @@ async fn read_body(session: &mut ServerSession, limit: usize) -> Result<bytes::B
     }
 }
 
+/// The client's `X-Request-Id` (printable, at most 128 bytes), else a new UUID.
+fn request_id(session: &ServerSession) -> String {
+    let given = session.req_header().headers.get("x-request-id").and_then(|v| v.to_str().ok());
+    match given.map(str::trim) {
+        Some(id) if !id.is_empty() && id.len() <= 128 => id.to_string(),
+        _ => uuid::Uuid::now_v7().to_string(),
+    }
+}
+
 fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorKind::MethodNotAllowed, "method not allowed on this path")
 }
@@ -92,7 +103,8 @@ impl ManagementApp {
         let caller = self.authenticate(session)?;
         let body = read_body(session, self.app.config.limits.management_max_body_bytes).await?;
         nul::check_request(&segments, &query)?;
-        let req = Req { method, segments, query, body };
+        let request_id = request_id(session);
+        let req = Req { method, segments, query, body, request_id };
         self.route(&caller, &req).await
     }
 
@@ -123,16 +135,59 @@ impl ManagementApp {
         let segs = req.seg();
         let not_found = || ApiError::not_found(&format!("route /{}", req.segments.join("/")));
         match routes::find(req.method.as_str(), &segs) {
-            Found::Route(r, _) if caller.key.is_auditor() && !routes::auditor_may(r) => {
-                Err(ApiError::auditor_refused(&format!("{} {}", r.method, r.path)))
-            }
             Found::Route(r, params) => match r.serve {
-                Serve::Keyed(handler) => handler(Call { app: &self.app, caller, req, params }).await,
+                Serve::Keyed(handler) => self.recorded(r, Call { app: &self.app, caller, req, params }, handler).await,
                 Serve::Public(_) => Err(not_found()),
             },
             Found::MethodNotAllowed => Err(method_not_allowed()),
             Found::NotFound => Err(not_found()),
         }
+    }
+
+    /// Runs a keyed route's handler, recording a write or an evidence read in the tenant's log
+    /// (docs/log.md §8): the handler's write appends its `admin` receipt in its own transaction
+    /// (`store::audit`); an action that writes no row of ours is recorded after it; a refused
+    /// write (403) is recorded as `deny`, having changed nothing.
+    async fn recorded(&self, r: &Route, call: Call<'_>, handler: KeyedHandler) -> Handled {
+        let (caller, req) = (call.caller, call.req);
+        let subject = call.params.first().map_or(String::new(), |p| p.to_string());
+        if caller.key.is_auditor() && !routes::auditor_may(r) {
+            let refused = ApiError::auditor_refused(&format!("{} {}", r.method, r.path));
+            return self.refused(r, caller, req, subject, refused).await;
+        }
+        let Some(action) = routes::action(r) else { return handler(call).await };
+        let slot = audit::Slot::new(Box::new(self.entry(caller, req, action, true)));
+        let out = audit::scope(slot.clone(), handler(call)).await;
+        match out {
+            Ok(reply) if !slot.taken() => {
+                let entry = self.entry(caller, req, action, true);
+                audit::scope(audit::Slot::new(Box::new(entry)), self.app.store.note(subject)).await?;
+                Ok(reply)
+            }
+            Err(e) if e.status() == 403 => self.refused(r, caller, req, subject, e).await,
+            out => out,
+        }
+    }
+
+    /// Answers a refused call with `refused`, after recording a refused write as `deny`.
+    async fn refused(&self, r: &Route, caller: &Caller, req: &Req, subject: String, refused: ApiError) -> Handled {
+        if let (true, Some(action)) = (routes::is_write(r), routes::action(r)) {
+            let entry = self.entry(caller, req, action, false);
+            audit::scope(audit::Slot::new(Box::new(entry)), self.app.store.note(subject)).await?;
+        }
+        Err(refused)
+    }
+
+    /// The admin receipt of `caller`'s `action`, waiting for its subject.
+    fn entry(&self, caller: &Caller, req: &Req, action: &str, granted: bool) -> admin::Entry {
+        let call = admin::Call {
+            tenant: caller.tenant(),
+            actor: &caller.key.id,
+            action,
+            request_id: req.request_id.clone(),
+            granted,
+        };
+        admin::Entry::new(call, self.app.signer.clone())
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod analytics;
 mod answer;
+mod audit_events;
 mod billing;
 mod budget_requests;
 mod budgets;

@@ -10,8 +10,8 @@ use utoipa::OpenApi;
 use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
-    analytics, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts, providers,
-    receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts,
+    providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
 
@@ -43,6 +43,7 @@ use crate::error::ErrorEnvelope;
         receipts::export,
         receipts::get,
         receipts::verify_chain,
+        audit_events::list,
         analytics::anomalies,
         analytics::cache,
         teams::list,

@@ -34,8 +34,8 @@ fn filter(req: &Req) -> Result<Filter, ApiError> {
     }
     let kind = text("kind");
     if let Some(k) = &kind {
-        if k != Kind::ModelCall.as_str() && k != Kind::ToolCall.as_str() {
-            return Err(ApiError::invalid(format!("query `kind` must be model_call or tool_call; got `{k}`")));
+        if ![Kind::ModelCall, Kind::ToolCall, Kind::Admin].iter().any(|x| x.as_str() == k) {
+            return Err(ApiError::invalid(format!("query `kind` must be model_call, tool_call or admin; got `{k}`")));
         }
     }
     Ok(Filter {
@@ -58,13 +58,13 @@ impl utoipa::PartialSchema for UpstreamStatus {
 
 impl ToSchema for UpstreamStatus {}
 
-/// `model_call` or `tool_call`.
-struct ReceiptKind;
+/// `model_call`, `tool_call` or `admin`.
+pub(super) struct ReceiptKind;
 
 impl utoipa::PartialSchema for ReceiptKind {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         use crate::receipts::Kind;
-        string_enum([Kind::ModelCall, Kind::ToolCall].map(Kind::as_str))
+        string_enum([Kind::ModelCall, Kind::ToolCall, Kind::Admin].map(Kind::as_str))
     }
 }
 
@@ -89,7 +89,7 @@ pub(super) struct ReceiptFilter {
     check: Option<String>,
     #[param(inline)]
     upstream_status: Option<UpstreamStatus>,
-    /// `model_call` or `tool_call`.
+    /// `model_call`, `tool_call` or `admin` (management writes and evidence reads).
     #[param(inline, value_type = Option<ReceiptKind>)]
     kind: Option<String>,
 }
@@ -113,6 +113,9 @@ pub(super) struct ReceiptEntry<'a> {
     ts: &'a str,
     #[schema(value_type = ReceiptKind)]
     kind: &'a str,
+    /// Only on `admin` receipts: the resource acted on (signed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<&'a str>,
 }
 
 pub(super) fn list_entry(r: &StoredReceipt) -> ReceiptEntry<'_> {
@@ -131,6 +134,7 @@ pub(super) fn list_entry(r: &StoredReceipt) -> ReceiptEntry<'_> {
         upstream_status: c.upstream_status.as_str(),
         ts: &c.ts,
         kind: &r.kind,
+        subject: c.subject.as_deref(),
     }
 }
 
@@ -290,6 +294,9 @@ pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
     let f = filter(req)?;
     // Truncation must be known before the first byte goes out: is there a (limit+1)-th row?
     let truncated = store::receipts::nth_seq(&app.store, caller.tenant(), &f, limit).await?.is_some();
+    let until = export_range(&app.store, caller.tenant(), &f, limit, truncated).await?;
+    // The admin trail (docs/log.md §8): the read is recorded as the seq range it exports.
+    app.store.note(until.map_or(String::new(), |(first, last)| format!("{first}-{last}"))).await?;
     let (ctype, ext) = match format {
         Format::Jsonl => ("application/x-ndjson", "jsonl"),
         Format::Csv => ("text/csv; charset=utf-8", "csv"),
@@ -308,6 +315,7 @@ pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
         tenant: caller.tenant().to_string(),
         filter: f,
         after: 0,
+        until: until.map_or(0, |(_, last)| last),
         remaining: limit,
         format,
         header_done: false,
@@ -315,11 +323,31 @@ pub async fn export(app: &App, caller: &Caller, req: &Req) -> Handled {
     Ok(Reply::Stream { headers, body: Box::new(body) })
 }
 
+/// The first and last seq an export of `limit` receipts matching `f` holds (None: none match).
+async fn export_range(
+    store: &Store,
+    tenant: &str,
+    f: &Filter,
+    limit: u64,
+    truncated: bool,
+) -> Result<Option<(u64, u64)>, ApiError> {
+    let Some(first) = store::receipts::nth_seq(store, tenant, f, 0).await? else { return Ok(None) };
+    let last = if truncated {
+        store::receipts::nth_seq(store, tenant, f, limit - 1).await?
+    } else {
+        stored::page(store, tenant, f, None, None, 1).await?.first().map(|r| r.receipt.seq)
+    };
+    Ok(Some((first, last.unwrap_or(first))))
+}
+
 struct ExportStream {
     store: Store,
     tenant: String,
     filter: Filter,
     after: u64,
+    /// The last seq exported: receipts appended while the export streams (its own admin
+    /// receipt among them) are not part of it.
+    until: u64,
     remaining: u64,
     format: Format,
     header_done: bool,
@@ -374,8 +402,11 @@ impl BodyStream for ExportStream {
         }
         if self.remaining > 0 {
             let n = self.remaining.min(EXPORT_PAGE) as i64;
-            let rows = stored::page(&self.store, &self.tenant, &self.filter, None, Some(self.after), n).await?;
-            self.remaining = if (rows.len() as i64) < n { 0 } else { self.remaining - rows.len() as u64 };
+            let mut rows = stored::page(&self.store, &self.tenant, &self.filter, None, Some(self.after), n).await?;
+            let fetched = rows.len();
+            rows.retain(|r| r.receipt.seq <= self.until);
+            let done = (fetched as i64) < n || rows.len() < fetched;
+            self.remaining = if done { 0 } else { self.remaining - rows.len() as u64 };
             for r in &rows {
                 self.after = r.receipt.seq;
                 match self.format {

@@ -10,8 +10,8 @@ use std::pin::Pin;
 
 use super::handler::{Caller, Handled, Req};
 use super::{
-    analytics, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies, prompts,
-    providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies,
+    prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
 use Serve::{Keyed, Public};
@@ -34,8 +34,11 @@ pub(super) enum Serve {
     /// Without a key: the paths outside `/v1`.
     Public(for<'a> fn(&'a App) -> Answer<'a>),
     /// For the caller of an authenticated `/v1` path.
-    Keyed(for<'a> fn(Call<'a>) -> Answer<'a>),
+    Keyed(KeyedHandler),
 }
+
+/// A keyed route's handler.
+pub(super) type KeyedHandler = for<'a> fn(Call<'a>) -> Answer<'a>;
 
 /// One method on one path template, and its handler. `{name}` matches one path segment
 /// (percent-decoded); on a route made with [`rest`], the last `{name}` matches one or more
@@ -97,6 +100,7 @@ pub const ROUTES: &[Route] = &[
         "/v1/receipts/{id}/verify-chain",
         Keyed(|c| Box::pin(receipts::verify_chain(c.app, c.caller, c.params[0], c.req))),
     ),
+    r("GET", "/v1/audit-events", Keyed(|c| Box::pin(audit_events::list(c.app, c.caller, c.req)))),
     r("GET", "/v1/anomalies", Keyed(|c| Box::pin(analytics::anomalies(c.app, c.caller, c.req)))),
     r("GET", "/v1/cache", Keyed(|c| Box::pin(analytics::cache(c.app, c.caller, c.req)))),
     r("GET", "/v1/team/teams", Keyed(|c| Box::pin(teams::list(c.app, c.caller, c.req)))),
@@ -212,6 +216,58 @@ pub fn auditor_may(route: &Route) -> bool {
     route.method == "GET" && AUDITOR_READS.iter().any(|p| route.path.starts_with(p))
 }
 
+/// The action an `admin` receipt names (docs/log.md §8: `<resource>.<verb>`, the resource as
+/// the route names it) for every write and every evidence read; a unit test holds that every
+/// write has one.
+const ACTIONS: &[(&str, &str, &str)] = &[
+    ("POST", "/v1/keys", "keys.create"),
+    ("DELETE", "/v1/keys/{id}", "keys.delete"),
+    ("PATCH", "/v1/keys/{id}/limits", "keys.update"),
+    ("PUT", "/v1/providers/{provider}", "providers.update"),
+    ("POST", "/v1/providers/{provider}/test", "providers.test"),
+    ("POST", "/v1/policies", "policies.create"),
+    ("PUT", "/v1/policies/{id}", "policies.update"),
+    ("DELETE", "/v1/policies/{id}", "policies.delete"),
+    ("GET", "/v1/receipts/export", "receipts.export"),
+    ("POST", "/v1/team/teams", "teams.create"),
+    ("PATCH", "/v1/team/teams/{id}", "teams.update"),
+    ("DELETE", "/v1/team/teams/{id}", "teams.delete"),
+    ("POST", "/v1/team/members", "members.create"),
+    ("PATCH", "/v1/team/members/{id}", "members.update"),
+    ("DELETE", "/v1/team/members/{id}", "members.delete"),
+    ("POST", "/v1/budgets", "budgets.create"),
+    ("PATCH", "/v1/budgets/{id}", "budgets.update"),
+    ("DELETE", "/v1/budgets/{id}", "budgets.delete"),
+    ("POST", "/v1/budgets/requests", "budget-requests.create"),
+    ("POST", "/v1/budgets/requests/{id}/approve", "budget-requests.approve"),
+    ("POST", "/v1/budgets/requests/{id}/deny", "budget-requests.deny"),
+    ("GET", "/v1/compliance/attestation", "compliance.attestation"),
+    ("GET", "/v1/compliance/evidence-bundle", "compliance.evidence-bundle"),
+    ("PUT", "/v1/compliance/packs/{framework}", "packs.update"),
+    ("DELETE", "/v1/compliance/packs/{framework}", "packs.delete"),
+    ("POST", "/v1/prompts", "prompts.create"),
+    ("POST", "/v1/prompts/run", "prompts.run"),
+    ("POST", "/v1/prompts/{id}/versions", "prompts.update"),
+    ("POST", "/v1/tool-servers", "tool-servers.create"),
+    ("DELETE", "/v1/tool-servers/{name}", "tool-servers.delete"),
+    ("POST", "/v1/webhook-endpoints", "webhook-endpoints.create"),
+    ("DELETE", "/v1/webhook-endpoints/{id}", "webhook-endpoints.delete"),
+    ("POST", "/v1/billing/checkout", "billing.checkout"),
+    ("PUT", "/v1/log/retention", "retention.update"),
+    ("POST", "/v1/log/holds", "holds.create"),
+    ("DELETE", "/v1/log/holds/{id}", "holds.delete"),
+];
+
+/// The action of `route` when a call of it is recorded as an `admin` receipt.
+pub fn action(route: &Route) -> Option<&'static str> {
+    ACTIONS.iter().find(|(m, p, _)| *m == route.method && *p == route.path).map(|&(_, _, a)| a)
+}
+
+/// Whether `route` changes something (every method but `GET`).
+pub fn is_write(route: &Route) -> bool {
+    route.method != "GET"
+}
+
 /// The outcome of looking a request up.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Found<'a> {
@@ -285,6 +341,18 @@ mod tests {
             op("GET", "/v1/compliance/coverage/f/controls/f:c/receipts"),
             Some(("/v1/compliance/coverage/{framework}/controls/{controlId}/receipts", vec!["f".into(), "f:c".into()]))
         );
+    }
+
+    /// Every write, and only a route of the table, names an admin action; no two share one.
+    #[test]
+    fn every_write_names_its_admin_action() {
+        for route in ROUTES.iter().filter(|r| r.method != "GET") {
+            assert!(super::action(route).is_some(), "{route:?} has no admin action");
+        }
+        for (m, p, a) in super::ACTIONS {
+            assert!(ROUTES.iter().any(|r| r.method == *m && r.path == *p), "{m} {p} ({a}) is not a route");
+            assert_eq!(super::ACTIONS.iter().filter(|x| x.2 == *a).count(), 1, "{a} twice");
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct Receipt {
     pub upstream_status: Term<UpstreamStatus>,
     pub ts: String,
     pub prev_hash: String,
+    /// Only on receipts of kind `admin` (docs/receipts.md §1): the resource acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 pub fn canonical_bytes<T: Serialize>(value: &T) -> Vec<u8> {
@@ -76,6 +79,7 @@ pub struct ReceiptView<'a> {
     pub upstream_status: &'a str,
     pub ts: &'a str,
     pub prev_hash: &'a str,
+    pub subject: Option<&'a str>,
 }
 
 impl Receipt {
@@ -96,6 +100,7 @@ impl Receipt {
             upstream_status: self.upstream_status.as_str(),
             ts: &self.ts,
             prev_hash: &self.prev_hash,
+            subject: self.subject.as_deref(),
         }
     }
 }
@@ -135,6 +140,10 @@ pub fn write_receipt(r: &ReceiptView<'_>, out: &mut Vec<u8>) {
     string(out, r.request_id);
     member(out, "seq");
     number(out, r.seq);
+    if let Some(subject) = r.subject {
+        member(out, "subject");
+        string(out, subject);
+    }
     member(out, "tenantId");
     string(out, r.tenant_id);
     member(out, "ts");
@@ -255,6 +264,7 @@ pub(crate) mod tests {
             upstream_status: "ok".into(),
             ts: "2026-11-22 19:42:57.049".into(),
             prev_hash: GENESIS.into(),
+            subject: None,
         }
     }
 
@@ -274,6 +284,10 @@ pub(crate) mod tests {
         }
         r.checks.clear();
         assert_eq!(receipt_bytes(&r), canonical_bytes(&r));
+        for subject in ["", "01a204c8-7a19-7530-9164-6478a4aeb252", "1-42", "\u{1}\"é"] {
+            r.subject = Some(subject.into());
+            assert_eq!(receipt_bytes(&r), canonical_bytes(&r));
+        }
     }
 
     /// Fixed key and fields → fixed bytes, hash and signature. The expected values were

@@ -34,6 +34,8 @@ pub struct Draft {
     /// Webhook events this request caused (a guardrail block, a budget threshold crossed),
     /// written to the outbox in the receipt's own transaction.
     pub outbox: Vec<crate::store::webhooks::Event>,
+    /// The signed `subject` of an `admin` receipt (docs/log.md §8); None on every other kind.
+    pub subject: Option<String>,
 }
 
 /// The cache's unsigned side channel: `result` is `HIT`, `MISS`, `BYPASS` or empty (no cache).
@@ -73,6 +75,7 @@ impl Draft {
             upstream_status: self.upstream_status.as_str(),
             ts: &self.ts,
             prev_hash,
+            subject: self.subject.as_deref(),
         }
     }
 }
@@ -81,6 +84,8 @@ impl Draft {
 pub enum Kind {
     ModelCall,
     ToolCall,
+    /// A management write or evidence read (docs/log.md §8).
+    Admin,
 }
 
 impl Kind {
@@ -88,6 +93,7 @@ impl Kind {
         match self {
             Kind::ModelCall => "model_call",
             Kind::ToolCall => "tool_call",
+            Kind::Admin => "admin",
         }
     }
 }

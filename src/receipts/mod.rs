@@ -1,5 +1,6 @@
 //! Receipts: one Ed25519-signed, hash-chained record per request that presented a valid key.
 //!
+//! - `admin`: the `admin` receipt of a management write or evidence read (docs/log.md §8)
 //! - `canonical`: the signed members, JCS bytes, hash, signature, key id (docs/receipts.md §1)
 //! - `signer`: the signing key file and the signing-key registry
 //! - `draft`: what the request path hands the writer (a receipt but its chain fields)
@@ -11,6 +12,7 @@
 //! - `merkle`: RFC 6962 / RFC 9162 roots and inclusion proofs over a period (docs/receipts.md §3)
 //! - `vocabulary`: check names, check results and `upstreamStatus` (docs/API.md §Checks)
 
+pub mod admin;
 pub mod canonical;
 pub mod chain;
 pub mod draft;

@@ -74,7 +74,7 @@ type ColumnValue = for<'a> fn(&mut Binder<'a>, &seal::Row<'a>) -> Value;
 
 /// Each `receipts` column's value for a sealed row, in the store's column order (the build
 /// fails if the names differ from `RECEIPT_COLUMNS`).
-const COLUMN_VALUES: [(&str, ColumnValue); 24] = {
+const COLUMN_VALUES: [(&str, ColumnValue); 25] = {
     use Value::{Int, Real, Static, Text};
     [
         ("tenant_id", |_, r| Text(r.draft.tenant_id.clone())),
@@ -101,6 +101,10 @@ const COLUMN_VALUES: [(&str, ColumnValue); 24] = {
         ("cache_result", |_, r| Static(r.draft.cache.result)),
         ("saved_tokens", |_, r| Int(r.draft.cache.saved_tokens as i64)),
         ("saved_usd", |_, r| Real(r.draft.cache.saved_usd)),
+        ("subject", |_, r| match &r.draft.subject {
+            Some(s) => Text(s.as_str().into()),
+            None => Static(""),
+        }),
     ]
 };
 

@@ -41,6 +41,7 @@ impl StoredReceipt {
                 upstream_status,
                 ts: row.ts.into(),
                 prev_hash: row.prev_hash.into(),
+                subject: (row.kind.as_ref() == "admin").then(|| row.subject.into()),
             },
             this_hash: row.this_hash.into(),
             signature: row.signature.into(),

@@ -103,6 +103,8 @@ words! {
         Guardrail => "GUARDRAIL",
         Cache => "CACHE",
         Upstream => "UPSTREAM",
+        /// The authorization of a management call, on `admin` receipts (docs/log.md §8).
+        Authz => "authz",
     }
 }
 
@@ -120,6 +122,8 @@ words! {
         Fail => "FAIL",
         Timeout => "TIMEOUT",
         Skipped => "SKIPPED",
+        /// `authz` let the management call through (lower case, as docs/log.md §8 writes it).
+        Granted => "pass",
     }
 }
 
@@ -143,6 +147,7 @@ impl CheckName {
             CheckName::Guardrail => &[Pass, Redact, Block],
             CheckName::Cache => &[Hit, Miss, Bypass],
             CheckName::Upstream => &[Pass, Fail, Timeout, Skipped],
+            CheckName::Authz => &[Granted, Deny],
         }
     }
 }
@@ -168,9 +173,12 @@ impl CheckResult {
     pub const fn severity(self) -> Severity {
         match self {
             CheckResult::Skipped => Severity::NotRun,
-            CheckResult::Pass | CheckResult::Allow | CheckResult::Hit | CheckResult::Miss | CheckResult::Bypass => {
-                Severity::Passed
-            }
+            CheckResult::Pass
+            | CheckResult::Allow
+            | CheckResult::Hit
+            | CheckResult::Miss
+            | CheckResult::Bypass
+            | CheckResult::Granted => Severity::Passed,
             CheckResult::Redact => Severity::Changed,
             CheckResult::Fail | CheckResult::Timeout => Severity::Failed,
             CheckResult::Block | CheckResult::Deny => Severity::Stopped,
@@ -328,7 +336,9 @@ mod tests {
     #[test]
     fn the_words_are_api_md_s_table() {
         let mut rows = API_MD.lines().filter(|l| l.starts_with('|'));
-        for name in CheckName::ALL {
+        // `authz` is docs/log.md §8's, on admin receipts only: `pass` or `deny`.
+        assert_eq!(CheckName::Authz.results(), [CheckResult::Granted, CheckResult::Deny]);
+        for name in CheckName::ALL.iter().filter(|n| **n != CheckName::Authz) {
             let row = rows.next().unwrap();
             let cells: Vec<&str> = row.split('|').collect();
             assert_eq!(quoted(cells[1]), [name.as_str()]);
@@ -350,7 +360,7 @@ mod tests {
             assert_eq!(s.as_str().parse::<UpstreamStatus>(), Ok(*s));
             assert!(CheckName::Upstream.results().contains(&s.check_result()));
         }
-        assert!("Policy".parse::<CheckName>().is_err() && "pass".parse::<CheckResult>().is_err());
+        assert!("Policy".parse::<CheckName>().is_err() && "Pass".parse::<CheckResult>().is_err());
     }
 
     #[test]

@@ -4,6 +4,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{now_ts, Store, StoreError};
 
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
@@ -85,28 +86,27 @@ pub async fn insert(
     let r = req.clone();
     let event = super::webhooks::Event::new(&r.tenant_id, "budget_request.created", event_data(&r));
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            sqlx::query(
-                "INSERT INTO budget_requests (id, tenant_id, budget_id, amount_usd, reason, status, requested_by, \
-                 created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(r.id)
-            .bind(r.tenant_id)
-            .bind(r.budget_id)
-            .bind(r.amount_usd)
-            .bind(r.reason)
-            .bind(r.status)
-            .bind(r.requested_by)
-            .bind(r.created_at)
-            .execute(&mut *tx)
-            .await?;
-            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
-            tx.commit().await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO budget_requests (id, tenant_id, budget_id, amount_usd, reason, status, requested_by, \
+                     created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(r.id)
+                .bind(r.tenant_id)
+                .bind(r.budget_id)
+                .bind(r.amount_usd)
+                .bind(r.reason)
+                .bind(r.status)
+                .bind(r.requested_by)
+                .bind(r.created_at)
+                .execute(&mut **tx)
+                .await?;
+                super::webhooks::enqueue::<sqlx::Any>(&mut **tx, &event).await?;
+                Ok(Changed::to(req.id.clone(), req))
+            })
         })
-        .await?;
-    Ok(req)
+        .await
 }
 
 /// A page of the tenant's requests in creation order; `only` restricts to one requesting key.
@@ -149,53 +149,99 @@ pub async fn decide(
 ) -> Result<Decided, StoreError> {
     let (t, id, by) = (tenant_id.to_string(), id.to_string(), decided_by.to_string());
     store
-        .run(move |pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            let status = if approve { "approved" } else { "denied" };
-            let now = now_ts();
-            let moved = sqlx::query(
-                "UPDATE budget_requests SET status = $1, decided_at = $2, decided_by = $3 \
-                 WHERE tenant_id = $4 AND id = $5 AND status = 'pending'",
-            )
-            .bind(status)
-            .bind(&now)
-            .bind(&by)
-            .bind(&t)
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-            let sql = format!("SELECT {COLUMNS} FROM budget_requests WHERE tenant_id = $1 AND id = $2");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
-            else {
-                return Ok(Decided::NotFound);
-            };
-            let req = from_row(&row)?;
-            if moved.rows_affected() != 1 {
-                return Ok(Decided::AlreadyDecided(req.status));
-            }
-            if approve {
-                let raised = sqlx::query(
-                    "UPDATE budgets SET amount_usd = amount_usd + $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
-                )
-                .bind(req.amount_usd)
-                .bind(&now)
-                .bind(&t)
-                .bind(&req.budget_id)
-                .execute(&mut *tx)
-                .await?;
-                if raised.rows_affected() != 1 {
-                    return Ok(Decided::BudgetGone);
+        .write(move |tx, _| {
+            Box::pin(async move {
+                // In a savepoint of the write: a decision not made (its budget gone after the
+                // request moved) is undone, and the write commits nothing of it.
+                let mut attempt = sqlx::Connection::begin(&mut **tx).await?;
+                let decided = decide_in(&mut attempt, &t, &id, approve, &by).await?;
+                if let Decided::Done(_) = decided {
+                    attempt.commit().await?;
+                    return Ok(Changed::to(id, decided));
                 }
-            }
-            let mut decided = req;
-            decided.status = status.to_string();
-            decided.decided_at = Some(now.clone());
-            decided.decided_by = Some(by.clone());
-            let kind = if approve { "budget_request.approved" } else { "budget_request.denied" };
-            let event = super::webhooks::Event::new(&t, kind, event_data(&decided));
-            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
-            tx.commit().await?;
-            Ok(Decided::Done(decided))
+                attempt.rollback().await?;
+                Ok(Changed::nothing(decided))
+            })
         })
         .await
+}
+
+/// [`decide`]'s statements, on its write transaction's connection.
+async fn decide_in(
+    conn: &mut sqlx::AnyConnection,
+    t: &str,
+    id: &str,
+    approve: bool,
+    by: &str,
+) -> Result<Decided, StoreError> {
+    let status = if approve { "approved" } else { "denied" };
+    let now = now_ts();
+    let moved = sqlx::query(
+        "UPDATE budget_requests SET status = $1, decided_at = $2, decided_by = $3 \
+         WHERE tenant_id = $4 AND id = $5 AND status = 'pending'",
+    )
+    .bind(status)
+    .bind(&now)
+    .bind(by)
+    .bind(t)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    let sql = format!("SELECT {COLUMNS} FROM budget_requests WHERE tenant_id = $1 AND id = $2");
+    let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&mut *conn).await? else {
+        return Ok(Decided::NotFound);
+    };
+    let req = from_row(&row)?;
+    if moved.rows_affected() != 1 {
+        return Ok(Decided::AlreadyDecided(req.status));
+    }
+    if approve {
+        let raised = sqlx::query(
+            "UPDATE budgets SET amount_usd = amount_usd + $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(req.amount_usd)
+        .bind(&now)
+        .bind(t)
+        .bind(&req.budget_id)
+        .execute(&mut *conn)
+        .await?;
+        if raised.rows_affected() != 1 {
+            return Ok(Decided::BudgetGone);
+        }
+    }
+    let mut decided = req;
+    decided.status = status.to_string();
+    decided.decided_at = Some(now.clone());
+    decided.decided_by = Some(by.to_string());
+    let kind = if approve { "budget_request.approved" } else { "budget_request.denied" };
+    let event = super::webhooks::Event::new(t, kind, event_data(&decided));
+    super::webhooks::enqueue::<sqlx::Any>(conn, &event).await?;
+    Ok(Decided::Done(decided))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{budgets, db_runtime, temp_sqlite, tenants};
+
+    /// An approval whose budget was deleted meanwhile changes nothing: the request stays
+    /// pending (its move is undone), and it can still be decided.
+    #[test]
+    fn an_approval_whose_budget_is_gone_leaves_the_request_pending() {
+        let (store, dir) = temp_sqlite("budget-gone");
+        db_runtime().block_on(async {
+            let t = tenants::create(&store, "t").await.unwrap().id;
+            let b = budgets::insert(&store, &t, "tenant", &t, 10.0, "monthly").await.unwrap();
+            let r = insert(&store, &t, &b.id, 5.0, "more", "k").await.unwrap();
+            assert!(budgets::delete(&store, &t, &b.id).await.unwrap());
+            assert!(matches!(decide(&store, &t, &r.id, true, "m").await.unwrap(), Decided::BudgetGone));
+            let rows = list(&store, &t, None, None, 10).await.unwrap();
+            assert_eq!((rows[0].status.as_str(), rows[0].decided_by.as_deref()), ("pending", None));
+            assert!(matches!(decide(&store, &t, &r.id, false, "m").await.unwrap(), Decided::Done(_)));
+            let again = decide(&store, &t, &r.id, true, "m").await.unwrap();
+            assert!(matches!(again, Decided::AlreadyDecided(ref s) if s == "denied"), "{again:?}");
+            assert!(matches!(decide(&store, &t, "nope", true, "m").await.unwrap(), Decided::NotFound));
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

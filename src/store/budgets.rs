@@ -3,6 +3,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{now_ts, Store, StoreError};
 
 /// A stored budget; spend is not stored here but read from the ledger when shown.
@@ -58,25 +59,26 @@ pub async fn insert(
     };
     let r = b.clone();
     store
-        .run(|pool, _| async move {
-            sqlx::query(
-                "INSERT INTO budgets (id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(r.id)
-            .bind(r.tenant_id)
-            .bind(r.scope)
-            .bind(r.scope_id)
-            .bind(r.amount_usd)
-            .bind(r.period)
-            .bind(r.created_at)
-            .bind(r.updated_at)
-            .execute(&pool)
-            .await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO budgets (id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(r.id)
+                .bind(r.tenant_id)
+                .bind(r.scope)
+                .bind(r.scope_id)
+                .bind(r.amount_usd)
+                .bind(r.period)
+                .bind(r.created_at)
+                .bind(r.updated_at)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(b.id.clone(), b))
+            })
         })
-        .await?;
-    Ok(b)
+        .await
 }
 
 pub async fn get(store: &Store, tenant_id: &str, id: &str) -> Result<Option<Budget>, StoreError> {
@@ -103,30 +105,31 @@ pub async fn update(
 ) -> Result<Option<Budget>, StoreError> {
     let (t, id, period) = (tenant_id.to_string(), id.to_string(), period.map(str::to_string));
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            let sql = format!("SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND id = $2");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
-            else {
-                return Ok(None);
-            };
-            let mut b = from_row(&row)?;
-            if let Some(a) = amount_usd {
-                b.amount_usd = a;
-            }
-            if let Some(p) = period {
-                b.period = p;
-            }
-            b.updated_at = now_ts();
-            sqlx::query("UPDATE budgets SET amount_usd = $1, period = $2, updated_at = $3 WHERE id = $4")
-                .bind(b.amount_usd)
-                .bind(&b.period)
-                .bind(&b.updated_at)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(Some(b))
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let sql = format!("SELECT {COLUMNS} FROM budgets WHERE tenant_id = $1 AND id = $2");
+                let Some(row) =
+                    sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut **tx).await?
+                else {
+                    return Ok(Changed::nothing(None));
+                };
+                let mut b = from_row(&row)?;
+                if let Some(a) = amount_usd {
+                    b.amount_usd = a;
+                }
+                if let Some(p) = period {
+                    b.period = p;
+                }
+                b.updated_at = now_ts();
+                sqlx::query("UPDATE budgets SET amount_usd = $1, period = $2, updated_at = $3 WHERE id = $4")
+                    .bind(b.amount_usd)
+                    .bind(&b.period)
+                    .bind(&b.updated_at)
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(Changed::to(id, Some(b)))
+            })
         })
         .await
 }

@@ -163,7 +163,7 @@ fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
             }
             return Err(StoreError::Other(format!("receipt journal {}: line {number} is cut short", path.display())));
         }
-        match serde_json::from_slice::<Record>(&line) {
+        match serde_json::from_slice::<Record>(&line).map(Record::upgraded) {
             Ok(r) if r.well_formed() => records.push(r),
             Ok(_) => {
                 return Err(StoreError::Other(format!(
@@ -438,6 +438,13 @@ impl JournalWriter {
             )));
         }
         self.wait_for_room()?;
+        // No admin append (`store::audit`) writes to the database while this batch is sealed
+        // after the heads below and journaled.
+        let progress = self.progress.clone();
+        let mut stale = progress.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for tenant in stale.drain(..) {
+            self.heads.remove(&tenant);
+        }
         let mut heads = Vec::new();
         for tenant in seal.tenants() {
             let head = match self.heads.get(tenant) {

@@ -4,6 +4,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{now_ts, nullable_real, Store, StoreError};
 
 /// A key as the management API shows it (the secret is never part of it).
@@ -112,32 +113,31 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
         }),
     );
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            sqlx::query(
-                "INSERT INTO api_keys (id, tenant_id, key_hash, key_hint, label, key_class, role, \
-                 team_id, budget_usd, spent_usd, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $11 = 1 THEN $9 END, 0, $10)",
-            )
-            .bind(r.id)
-            .bind(r.tenant_id)
-            .bind(r.key_hash)
-            .bind(r.key_hint)
-            .bind(r.label)
-            .bind(r.key_class)
-            .bind(r.role)
-            .bind(r.team_id)
-            .bind(budget_value)
-            .bind(r.created_at)
-            .bind(budget_set)
-            .execute(&mut *tx)
-            .await?;
-            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
-            tx.commit().await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO api_keys (id, tenant_id, key_hash, key_hint, label, key_class, role, \
+                     team_id, budget_usd, spent_usd, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $11 = 1 THEN $9 END, 0, $10)",
+                )
+                .bind(r.id)
+                .bind(r.tenant_id)
+                .bind(r.key_hash)
+                .bind(r.key_hint)
+                .bind(r.label)
+                .bind(r.key_class)
+                .bind(r.role)
+                .bind(r.team_id)
+                .bind(budget_value)
+                .bind(r.created_at)
+                .bind(budget_set)
+                .execute(&mut **tx)
+                .await?;
+                super::webhooks::enqueue::<sqlx::Any>(&mut **tx, &event).await?;
+                Ok(Changed::to(rec.id.clone(), rec))
+            })
         })
-        .await?;
-    Ok(rec)
+        .await
 }
 
 /// Every live key of every tenant: the source of the in-memory snapshot.
@@ -192,25 +192,25 @@ pub async fn is_live(store: &Store, tenant_id: &str, id: &str) -> Result<bool, S
 pub async fn revoke(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            let now = now_ts();
-            let done = sqlx::query(
-                "UPDATE api_keys SET revoked_at = $1 WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
-            )
-            .bind(&now)
-            .bind(&t)
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() != 1 {
-                return Ok(false);
-            }
-            let event =
-                super::webhooks::Event::new(&t, "key.revoked", serde_json::json!({"keyId": id, "revokedAt": now}));
-            super::webhooks::enqueue::<sqlx::Any>(&mut tx, &event).await?;
-            tx.commit().await?;
-            Ok(true)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let now = now_ts();
+                let done = sqlx::query(
+                    "UPDATE api_keys SET revoked_at = $1 WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
+                )
+                .bind(&now)
+                .bind(&t)
+                .bind(&id)
+                .execute(&mut **tx)
+                .await?;
+                if done.rows_affected() != 1 {
+                    return Ok(Changed::nothing(false));
+                }
+                let event =
+                    super::webhooks::Event::new(&t, "key.revoked", serde_json::json!({"keyId": id, "revokedAt": now}));
+                super::webhooks::enqueue::<sqlx::Any>(&mut **tx, &event).await?;
+                Ok(Changed::to(id, true))
+            })
         })
         .await
 }
@@ -225,33 +225,38 @@ pub async fn set_limits(
 ) -> Result<Option<KeyRecord>, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, _| async move {
-            // One statement, no read-then-write transaction: on SQLite a deferred transaction
-            // that reads and then writes fails at once (SQLITE_BUSY) while the receipt writer
-            // holds the write lock, instead of waiting for it.
-            let flag = |v: &Option<Option<i64>>| {
-                (i64::from(v.is_some()), v.flatten().unwrap_or(0), i64::from(v.flatten().is_some()))
-            };
-            let ((rs, rv, rn), (ts, tv, tn)) = (flag(&rpm), flag(&tpm));
-            sqlx::query(
-                "UPDATE api_keys SET \
-                 rpm_limit = CASE WHEN $1 = 1 THEN (CASE WHEN $3 = 1 THEN $2 ELSE NULL END) ELSE rpm_limit END, \
-                 tpm_limit = CASE WHEN $4 = 1 THEN (CASE WHEN $6 = 1 THEN $5 ELSE NULL END) ELSE tpm_limit END \
-                 WHERE tenant_id = $7 AND id = $8 AND revoked_at IS NULL",
-            )
-            .bind(rs)
-            .bind(rv)
-            .bind(rn)
-            .bind(ts)
-            .bind(tv)
-            .bind(tn)
-            .bind(&t)
-            .bind(&id)
-            .execute(&pool)
-            .await?;
-            let sql = format!("SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL");
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&pool).await?;
-            Ok(row.as_ref().map(from_row).transpose()?)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                // The update first, then the read, both in the write transaction (on SQLite it
+                // holds the write lock from its start).
+                let flag = |v: &Option<Option<i64>>| {
+                    (i64::from(v.is_some()), v.flatten().unwrap_or(0), i64::from(v.flatten().is_some()))
+                };
+                let ((rs, rv, rn), (ts, tv, tn)) = (flag(&rpm), flag(&tpm));
+                sqlx::query(
+                    "UPDATE api_keys SET \
+                     rpm_limit = CASE WHEN $1 = 1 THEN (CASE WHEN $3 = 1 THEN $2 ELSE NULL END) ELSE rpm_limit END, \
+                     tpm_limit = CASE WHEN $4 = 1 THEN (CASE WHEN $6 = 1 THEN $5 ELSE NULL END) ELSE tpm_limit END \
+                     WHERE tenant_id = $7 AND id = $8 AND revoked_at IS NULL",
+                )
+                .bind(rs)
+                .bind(rv)
+                .bind(rn)
+                .bind(ts)
+                .bind(tv)
+                .bind(tn)
+                .bind(&t)
+                .bind(&id)
+                .execute(&mut **tx)
+                .await?;
+                let sql =
+                    format!("SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL");
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut **tx).await?;
+                Ok(match row.as_ref().map(from_row).transpose()? {
+                    Some(rec) => Changed::to(id, Some(rec)),
+                    None => Changed::nothing(None),
+                })
+            })
         })
         .await
 }

@@ -4,6 +4,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::{Changed, WriteTx};
 use super::{now_ts, Store, StoreError};
 
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
@@ -74,26 +75,27 @@ pub async fn insert(store: &Store, tenant_id: &str, m: NewMember) -> Result<Memb
     };
     let r = member.clone();
     store
-        .run(|pool, _| async move {
-            sqlx::query(
-                "INSERT INTO team_members (id, tenant_id, team_id, email, role, idp_user_id, name, image_url, joined_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(r.id)
-            .bind(r.tenant_id)
-            .bind(r.team_id)
-            .bind(r.email)
-            .bind(r.role)
-            .bind(r.idp_user_id)
-            .bind(r.name)
-            .bind(r.image_url)
-            .bind(r.joined_at)
-            .execute(&pool)
-            .await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO team_members (id, tenant_id, team_id, email, role, idp_user_id, name, image_url, joined_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .bind(r.id)
+                .bind(r.tenant_id)
+                .bind(r.team_id)
+                .bind(r.email)
+                .bind(r.role)
+                .bind(r.idp_user_id)
+                .bind(r.name)
+                .bind(r.image_url)
+                .bind(r.joined_at)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(member.id.clone(), member))
+            })
         })
-        .await?;
-    Ok(member)
+        .await
 }
 
 /// All members of the tenant, oldest first.
@@ -111,46 +113,53 @@ pub async fn list(store: &Store, tenant_id: &str) -> Result<Vec<Member>, StoreEr
 pub async fn update(store: &Store, tenant_id: &str, id: &str, p: MemberPatch) -> Result<Option<Member>, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            let sql = format!("SELECT {COLUMNS} FROM team_members WHERE tenant_id = $1 AND id = $2");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
-            else {
-                return Ok(None);
-            };
-            let mut m = from_row(&row)?;
-            let fields = [
-                (&mut m.email, p.email),
-                (&mut m.role, p.role),
-                (&mut m.idp_user_id, p.idp_user_id),
-                (&mut m.name, p.name),
-                (&mut m.image_url, p.image_url),
-            ];
-            for (field, v) in fields {
-                if let Some(v) = v {
-                    *field = v;
-                }
-            }
-            if let Some(team) = p.team_id {
-                m.team_id = team;
-            }
-            sqlx::query(
-                "UPDATE team_members SET email = $1, role = $2, idp_user_id = $3, name = $4, image_url = $5, \
-                 team_id = $6 WHERE id = $7",
-            )
-            .bind(&m.email)
-            .bind(&m.role)
-            .bind(&m.idp_user_id)
-            .bind(&m.name)
-            .bind(&m.image_url)
-            .bind(&m.team_id)
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(Some(m))
+        .write(move |tx, _| {
+            Box::pin(async move {
+                Ok(match update_in(tx, &t, &id, p).await? {
+                    Some(m) => Changed::to(id, Some(m)),
+                    None => Changed::nothing(None),
+                })
+            })
         })
         .await
+}
+
+/// [`update`]'s statements, in its write transaction.
+async fn update_in(tx: &mut WriteTx, t: &str, id: &str, p: MemberPatch) -> Result<Option<Member>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM team_members WHERE tenant_id = $1 AND id = $2");
+    let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).fetch_optional(&mut **tx).await? else {
+        return Ok(None);
+    };
+    let mut m = from_row(&row)?;
+    let fields = [
+        (&mut m.email, p.email),
+        (&mut m.role, p.role),
+        (&mut m.idp_user_id, p.idp_user_id),
+        (&mut m.name, p.name),
+        (&mut m.image_url, p.image_url),
+    ];
+    for (field, v) in fields {
+        if let Some(v) = v {
+            *field = v;
+        }
+    }
+    if let Some(team) = p.team_id {
+        m.team_id = team;
+    }
+    sqlx::query(
+        "UPDATE team_members SET email = $1, role = $2, idp_user_id = $3, name = $4, image_url = $5, \
+         team_id = $6 WHERE id = $7",
+    )
+    .bind(&m.email)
+    .bind(&m.role)
+    .bind(&m.idp_user_id)
+    .bind(&m.name)
+    .bind(&m.image_url)
+    .bind(&m.team_id)
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(Some(m))
 }
 
 /// False when the tenant has no such member.

@@ -12,8 +12,10 @@
 //! that lives as long as the process ([`Store::run`]); callers on any service runtime await it.
 
 pub mod analytics;
+pub mod audit;
 pub mod budget_requests;
 pub mod budgets;
+pub mod change;
 pub mod checkpoints;
 mod error;
 pub mod journal;

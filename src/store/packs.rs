@@ -6,6 +6,7 @@
 
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{now_ts, Store, StoreError};
 
 pub const BASELINE_TENANT: &str = "";
@@ -19,43 +20,43 @@ pub struct PackRow {
     pub yaml: String,
 }
 
-/// Stores the YAML (once per hash) and puts the pack in force for `framework`.
-/// Returns true when the tenant had no pack of that framework before.
+/// Stores the YAML (once per hash) and puts the pack in force for `framework` (the write's
+/// subject). Returns true when the tenant had no pack of that framework before.
 pub async fn put(store: &Store, tenant_id: &str, framework: &str, hash: &str, yaml: &str) -> Result<bool, StoreError> {
     let (t, f, h, y) = (tenant_id.to_string(), framework.to_string(), hash.to_string(), yaml.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            let now = now_ts();
-            sqlx::query(
-                "INSERT INTO pack_blobs (tenant_id, pack_hash, yaml, created_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (tenant_id, pack_hash) DO NOTHING",
-            )
-            .bind(&t)
-            .bind(&h)
-            .bind(&y)
-            .bind(&now)
-            .execute(&mut *tx)
-            .await?;
-            let existed = sqlx::query("SELECT 1 FROM compliance_packs WHERE tenant_id = $1 AND framework = $2")
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let now = now_ts();
+                sqlx::query(
+                    "INSERT INTO pack_blobs (tenant_id, pack_hash, yaml, created_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (tenant_id, pack_hash) DO NOTHING",
+                )
+                .bind(&t)
+                .bind(&h)
+                .bind(&y)
+                .bind(&now)
+                .execute(&mut **tx)
+                .await?;
+                let existed = sqlx::query("SELECT 1 FROM compliance_packs WHERE tenant_id = $1 AND framework = $2")
+                    .bind(&t)
+                    .bind(&f)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .is_some();
+                sqlx::query(
+                    "INSERT INTO compliance_packs (tenant_id, framework, pack_hash, updated_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (tenant_id, framework) DO UPDATE SET pack_hash = excluded.pack_hash, \
+                     updated_at = excluded.updated_at",
+                )
                 .bind(&t)
                 .bind(&f)
-                .fetch_optional(&mut *tx)
-                .await?
-                .is_some();
-            sqlx::query(
-                "INSERT INTO compliance_packs (tenant_id, framework, pack_hash, updated_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (tenant_id, framework) DO UPDATE SET pack_hash = excluded.pack_hash, \
-                 updated_at = excluded.updated_at",
-            )
-            .bind(&t)
-            .bind(&f)
-            .bind(&h)
-            .bind(&now)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(!existed)
+                .bind(&h)
+                .bind(&now)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(f, !existed))
+            })
         })
         .await
 }
@@ -65,13 +66,15 @@ pub async fn put(store: &Store, tenant_id: &str, framework: &str, hash: &str, ya
 pub async fn delete(store: &Store, tenant_id: &str, framework: &str) -> Result<bool, StoreError> {
     let (t, f) = (tenant_id.to_string(), framework.to_string());
     store
-        .run(|pool, _| async move {
-            let r = sqlx::query("DELETE FROM compliance_packs WHERE tenant_id = $1 AND framework = $2")
-                .bind(t)
-                .bind(f)
-                .execute(&pool)
-                .await?;
-            Ok(r.rows_affected() > 0)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let r = sqlx::query("DELETE FROM compliance_packs WHERE tenant_id = $1 AND framework = $2")
+                    .bind(t)
+                    .bind(&f)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(if r.rows_affected() > 0 { Changed::to(f, true) } else { Changed::nothing(false) })
+            })
         })
         .await
 }

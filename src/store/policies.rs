@@ -4,6 +4,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{now_ts, Store, StoreError};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -55,24 +56,25 @@ pub async fn insert(store: &Store, tenant_id: &str, p: PolicyInput) -> Result<Po
     };
     let r = rec.clone();
     store
-        .run(|pool, _| async move {
-            sqlx::query(
-                "INSERT INTO policies (id, tenant_id, name, enabled, yaml, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(r.id)
-            .bind(r.tenant_id)
-            .bind(r.name)
-            .bind(i64::from(r.enabled))
-            .bind(r.yaml)
-            .bind(r.created_at)
-            .bind(r.updated_at)
-            .execute(&pool)
-            .await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO policies (id, tenant_id, name, enabled, yaml, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(r.id)
+                .bind(r.tenant_id)
+                .bind(r.name)
+                .bind(i64::from(r.enabled))
+                .bind(r.yaml)
+                .bind(r.created_at)
+                .bind(r.updated_at)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(rec.id.clone(), rec))
+            })
         })
-        .await?;
-    Ok(rec)
+        .await
 }
 
 /// Every enabled policy of every tenant: the source of the compiled policies in the snapshot.
@@ -109,32 +111,33 @@ pub async fn replace(
 ) -> Result<Option<PolicyRecord>, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            let sql = format!("SELECT {COLUMNS} FROM policies WHERE tenant_id = $1 AND id = $2");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut *tx).await?
-            else {
-                return Ok(None);
-            };
-            let mut rec = from_row(&row)?;
-            rec.name = p.name;
-            rec.enabled = p.enabled;
-            rec.yaml = p.yaml;
-            rec.updated_at = now_ts();
-            sqlx::query(
-                "UPDATE policies SET name = $1, enabled = $2, yaml = $3, updated_at = $4 \
-                 WHERE tenant_id = $5 AND id = $6",
-            )
-            .bind(&rec.name)
-            .bind(i64::from(rec.enabled))
-            .bind(&rec.yaml)
-            .bind(&rec.updated_at)
-            .bind(&t)
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(Some(rec))
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let sql = format!("SELECT {COLUMNS} FROM policies WHERE tenant_id = $1 AND id = $2");
+                let Some(row) =
+                    sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut **tx).await?
+                else {
+                    return Ok(Changed::nothing(None));
+                };
+                let mut rec = from_row(&row)?;
+                rec.name = p.name;
+                rec.enabled = p.enabled;
+                rec.yaml = p.yaml;
+                rec.updated_at = now_ts();
+                sqlx::query(
+                    "UPDATE policies SET name = $1, enabled = $2, yaml = $3, updated_at = $4 \
+                     WHERE tenant_id = $5 AND id = $6",
+                )
+                .bind(&rec.name)
+                .bind(i64::from(rec.enabled))
+                .bind(&rec.yaml)
+                .bind(&rec.updated_at)
+                .bind(&t)
+                .bind(&id)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(id, Some(rec)))
+            })
         })
         .await
 }

@@ -23,13 +23,24 @@ pub struct Progress {
     pub(super) failing_since_ms: AtomicI64,
     /// How long a reader waits for the applier before it is told the database is unavailable.
     pub(super) timeout: Duration,
+    /// Held by the journal's writer while it seals and journals a batch, and by an admin append
+    /// (`store::audit`) while it writes to the database itself: the tenants whose heads moved
+    /// behind the writer's back, for it to read again.
+    pub(super) gate: std::sync::Mutex<Vec<std::sync::Arc<str>>>,
 }
 
 impl Progress {
     /// Nothing journaled yet; `flush` reaches the applier; readers wait up to `timeout`.
     pub(super) fn new(flush: Arc<dyn Flush>, timeout: Duration) -> Progress {
         let (applied, _) = tokio::sync::watch::channel(0u64);
-        Progress { journaled: AtomicU64::new(0), applied, flush, failing_since_ms: AtomicI64::new(0), timeout }
+        Progress {
+            journaled: AtomicU64::new(0),
+            applied,
+            flush,
+            failing_since_ms: AtomicI64::new(0),
+            timeout,
+            gate: Default::default(),
+        }
     }
 
     /// Every record journaled is applied.

@@ -8,6 +8,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::{Changed, WriteTx};
 use super::{now_ts, Store, StoreError};
 
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
@@ -83,35 +84,30 @@ pub async fn create(
         content,
         created_at: now,
     };
-    let (p, v) = (prompt.clone(), version.clone());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            sqlx::query(
-                "INSERT INTO prompts (id, tenant_id, name, description, labels, latest_version, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, 1, $6)",
-            )
-            .bind(&p.id)
-            .bind(&p.tenant_id)
-            .bind(&p.name)
-            .bind(&p.description)
-            .bind(serde_json::to_string(&p.labels).unwrap_or_else(|_| "{}".into()))
-            .bind(&p.created_at)
-            .execute(&mut *tx)
-            .await?;
-            insert_version(&mut tx, &p.tenant_id, &v).await?;
-            tx.commit().await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let (p, v) = (&prompt, &version);
+                sqlx::query(
+                    "INSERT INTO prompts (id, tenant_id, name, description, labels, latest_version, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, 1, $6)",
+                )
+                .bind(&p.id)
+                .bind(&p.tenant_id)
+                .bind(&p.name)
+                .bind(&p.description)
+                .bind(serde_json::to_string(&p.labels).unwrap_or_else(|_| "{}".into()))
+                .bind(&p.created_at)
+                .execute(&mut **tx)
+                .await?;
+                insert_version(tx, &p.tenant_id, v).await?;
+                Ok(Changed::to(prompt.id.clone(), (prompt, version)))
+            })
         })
-        .await?;
-    Ok((prompt, version))
+        .await
 }
 
-async fn insert_version(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    tenant_id: &str,
-    v: &VersionRecord,
-) -> Result<(), sqlx::Error> {
+async fn insert_version(tx: &mut WriteTx, tenant_id: &str, v: &VersionRecord) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO prompt_versions (id, tenant_id, prompt_id, version, content, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -127,7 +123,8 @@ async fn insert_version(
     Ok(())
 }
 
-/// The next version of one of the tenant's prompts; None when it has no such prompt.
+/// The next version of one of the tenant's prompts; None when it has no such prompt. The
+/// prompt is the write's subject.
 pub async fn add_version(
     store: &Store,
     tenant_id: &str,
@@ -136,28 +133,28 @@ pub async fn add_version(
 ) -> Result<Option<VersionRecord>, StoreError> {
     let (t, id) = (tenant_id.to_string(), prompt_id.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            // The bump takes the row's write lock: a concurrent create waits for this commit.
-            let row = sqlx::query(
-                "UPDATE prompts SET latest_version = latest_version + 1 WHERE tenant_id = $1 AND id = $2 \
-                 RETURNING latest_version",
-            )
-            .bind(&t)
-            .bind(&id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(row) = row else { return Ok(None) };
-            let v = VersionRecord {
-                id: uuid::Uuid::now_v7().to_string(),
-                prompt_id: id,
-                version: row.try_get("latest_version")?,
-                content,
-                created_at: now_ts(),
-            };
-            insert_version(&mut tx, &t, &v).await?;
-            tx.commit().await?;
-            Ok(Some(v))
+        .write(move |tx, _| {
+            Box::pin(async move {
+                // The bump takes the row's write lock: a concurrent create waits for this commit.
+                let row = sqlx::query(
+                    "UPDATE prompts SET latest_version = latest_version + 1 WHERE tenant_id = $1 AND id = $2 \
+                     RETURNING latest_version",
+                )
+                .bind(&t)
+                .bind(&id)
+                .fetch_optional(&mut **tx)
+                .await?;
+                let Some(row) = row else { return Ok(Changed::nothing(None)) };
+                let v = VersionRecord {
+                    id: uuid::Uuid::now_v7().to_string(),
+                    prompt_id: id.clone(),
+                    version: row.try_get("latest_version")?,
+                    content,
+                    created_at: now_ts(),
+                };
+                insert_version(tx, &t, &v).await?;
+                Ok(Changed::to(id, Some(v)))
+            })
         })
         .await
 }

@@ -3,6 +3,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{now_ts, Store, StoreError};
 
 #[derive(Debug, Clone)]
@@ -37,28 +38,29 @@ pub async fn upsert(store: &Store, mut row: CredentialRow) -> Result<CredentialR
     row.updated_at = now_ts();
     let r = row.clone();
     store
-        .run(|pool, _| async move {
-            sqlx::query(
-                "INSERT INTO provider_credentials (tenant_id, provider, sealed, key_hint, base_url, region, status, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                 ON CONFLICT (tenant_id, provider) DO UPDATE SET sealed = excluded.sealed, \
-                 key_hint = excluded.key_hint, base_url = excluded.base_url, region = excluded.region, \
-                 status = excluded.status, updated_at = excluded.updated_at",
-            )
-            .bind(r.tenant_id)
-            .bind(r.provider)
-            .bind(r.sealed)
-            .bind(r.key_hint)
-            .bind(r.base_url)
-            .bind(r.region)
-            .bind(r.status)
-            .bind(r.updated_at)
-            .execute(&pool)
-            .await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO provider_credentials (tenant_id, provider, sealed, key_hint, base_url, region, status, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                     ON CONFLICT (tenant_id, provider) DO UPDATE SET sealed = excluded.sealed, \
+                     key_hint = excluded.key_hint, base_url = excluded.base_url, region = excluded.region, \
+                     status = excluded.status, updated_at = excluded.updated_at",
+                )
+                .bind(r.tenant_id)
+                .bind(r.provider)
+                .bind(r.sealed)
+                .bind(r.key_hint)
+                .bind(r.base_url)
+                .bind(r.region)
+                .bind(r.status)
+                .bind(r.updated_at)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(row.provider.clone(), row))
+            })
         })
-        .await?;
-    Ok(row)
+        .await
 }
 
 pub async fn all(store: &Store) -> Result<Vec<CredentialRow>, StoreError> {
@@ -83,6 +85,7 @@ pub async fn for_tenant(store: &Store, tenant_id: &str) -> Result<Vec<Credential
 }
 
 /// Records a test's outcome; a failed one writes `provider.test_failed` in the same transaction.
+/// The provider tested is the write's subject.
 pub async fn set_status(
     store: &Store,
     tenant_id: &str,
@@ -92,19 +95,19 @@ pub async fn set_status(
 ) -> Result<(), StoreError> {
     let (t, p, s) = (tenant_id.to_string(), provider.to_string(), status.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            sqlx::query("UPDATE provider_credentials SET status = $1 WHERE tenant_id = $2 AND provider = $3")
-                .bind(s)
-                .bind(t)
-                .bind(p)
-                .execute(&mut *tx)
-                .await?;
-            if let Some(ev) = &event {
-                super::webhooks::enqueue::<sqlx::Any>(&mut tx, ev).await?;
-            }
-            tx.commit().await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query("UPDATE provider_credentials SET status = $1 WHERE tenant_id = $2 AND provider = $3")
+                    .bind(s)
+                    .bind(t)
+                    .bind(&p)
+                    .execute(&mut **tx)
+                    .await?;
+                if let Some(ev) = &event {
+                    super::webhooks::enqueue::<sqlx::Any>(&mut **tx, ev).await?;
+                }
+                Ok(Changed::to(p, ()))
+            })
         })
         .await
 }

@@ -76,6 +76,8 @@ pub struct ReceiptRow<S> {
     pub key_id: S,
     pub kind: S,
     pub pack_version: S,
+    /// The resource an `admin` receipt records an action on (docs/log.md §8); `""` on others.
+    pub subject: S,
     /// Emptied by a retention sweep (`pruned_at` set): only `tenant_id`, `seq`, `receipt_id` and
     /// `this_hash` hold their values (`store::retention`).
     pub pruned: bool,
@@ -84,7 +86,7 @@ pub struct ReceiptRow<S> {
 /// The columns of `receipts`, in the order a [`Record`] holds their values, the append binds
 /// them and a packed page carries them. Every column list (insert, select, packed page) is
 /// derived from this one table; the receipt domain builds a record's values in its order.
-pub const RECEIPT_COLUMNS: [Column; 24] = {
+pub const RECEIPT_COLUMNS: [Column; 25] = {
     const NUMBER: Read = Read::Page(Field::Number);
     const REAL: Read = Read::Page(Field::Real);
     const TEXT: Read = Read::Page(Field::Text);
@@ -113,6 +115,8 @@ pub const RECEIPT_COLUMNS: [Column; 24] = {
         col("cache_result", Read::No),
         col("saved_tokens", Read::No),
         col("saved_usd", Read::No),
+        // Signed only on `admin` receipts (docs/receipts.md §1); `""` on every other.
+        col("subject", TEXT),
     ]
 };
 
@@ -161,7 +165,7 @@ fn column_list(keep: impl Fn(Read) -> bool) -> String {
 /// [`RECEIPT_COLUMNS`]: no append writes it (a record's values, and the journal's lines, keep
 /// their shape); a retention sweep sets it (`store::retention`).
 static COLUMNS: LazyLock<String> = LazyLock::new(|| format!("{}, pruned_at", column_list(|r| r != Read::No)));
-static INSERT_COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|_| true));
+pub(super) static INSERT_COLUMNS: LazyLock<String> = LazyLock::new(|| column_list(|_| true));
 
 fn from_row(r: &AnyRow) -> Result<ReceiptRow<String>, sqlx::Error> {
     let n = |c: &str| -> Result<u64, sqlx::Error> { Ok(r.try_get::<i64, _>(c)?.max(0) as u64) };
@@ -186,6 +190,7 @@ fn from_row(r: &AnyRow) -> Result<ReceiptRow<String>, sqlx::Error> {
         key_id: r.try_get("key_id")?,
         kind: r.try_get("kind")?,
         pack_version: r.try_get("receipt_pack_version")?,
+        subject: r.try_get("subject")?,
         pruned: r.try_get::<Option<String>, _>("pruned_at")?.is_some(),
     })
 }
@@ -403,7 +408,7 @@ pub fn batch_ends(records: &[Record]) -> impl Iterator<Item = &Record> {
 /// The log growths in `records` (a tenant's records in chain order, tenants possibly
 /// interleaved) that complete a tile: the tiles they complete are written beside them
 /// (`store::tiles`). Only those tenants' leaves are decoded: most batches complete none.
-fn growths<R: std::borrow::Borrow<Record>>(records: &[R]) -> Vec<super::tiles::Growth> {
+pub(super) fn growths<R: std::borrow::Borrow<Record>>(records: &[R]) -> Vec<super::tiles::Growth> {
     let mut spans: Vec<(&str, u64, u64)> = Vec::new(); // tenant, first seq, last seq
     for r in records.iter().map(std::borrow::Borrow::borrow) {
         match spans.iter_mut().find(|s| s.0 == r.tenant_id()) {
@@ -539,7 +544,7 @@ pub fn sqlite_head(conn: &rusqlite::Connection, tenant: &str) -> Result<Option<H
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     #[serde(rename = "r")]
-    row: Vec<Value>,
+    pub(super) row: Vec<Value>,
     /// `guardrail_events` rows: the values of [`EVENT_INSERT`]'s binds.
     #[serde(rename = "e", default, skip_serializing_if = "Vec::is_empty")]
     events: Vec<Vec<Value>>,
@@ -655,6 +660,15 @@ impl Record {
                 spend.add(self.tenant_id(), &self.spend_key, period, cost);
             }
         }
+    }
+
+    /// A record as an earlier version journaled it, in today's shape: lines written before the
+    /// `subject` column (migration 0014, its last column) lack its `""`.
+    pub fn upgraded(mut self) -> Record {
+        if self.row.len() == RECEIPT_COLUMNS.len() - 1 {
+            self.row.push(Value::Static(""));
+        }
+        self
     }
 
     /// Whether the record has the shape the store writes (a journal line could be anything).
@@ -808,8 +822,13 @@ pub async fn page(
                 (None, Some(a)) => (format!("AND seq > {a}"), "ASC"),
                 (None, None) => (String::new(), "DESC"),
             };
-            let sql =
-                format!("SELECT {} FROM receipts WHERE {FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $10", *COLUMNS);
+            // A literal `kind = 'admin'` lets the planner read the partial index of admin
+            // receipts (migration 0014) instead of every receipt of the tenant.
+            let admin = if f.kind.as_deref() == Some("admin") { "kind = 'admin' AND " } else { "" };
+            let sql = format!(
+                "SELECT {} FROM receipts WHERE {admin}{FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $10",
+                *COLUMNS
+            );
             let rows = bind_filter(sqlx::query(sqlx::AssertSqlSafe(sql)), t, f).bind(limit).fetch_all(&pool).await?;
             Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
         })
@@ -1014,6 +1033,7 @@ pub fn unpack_rows<'a>(tenant_id: &'a str, page: &'a str) -> Result<Vec<ReceiptR
             key_id: u.text()?,
             kind: u.text()?,
             pack_version: u.text()?,
+            subject: u.text()?,
             pruned: u.int()? != 0,
             tenant_id,
         });
@@ -1103,7 +1123,7 @@ pub async fn nth_seq(store: &Store, tenant_id: &str, f: &Filter, n: u64) -> Resu
 
 /// `(?,?,…),(?,?,…)` for `rows` rows of `per_row` binds: positional on SQLite (sqlx looks `$n`
 /// up among all parameters, quadratic in the row count), numbered on PostgreSQL.
-fn values_list(backend: Backend, rows: usize, per_row: usize) -> String {
+pub(super) fn values_list(backend: Backend, rows: usize, per_row: usize) -> String {
     let mut sql = String::with_capacity(rows * per_row * 4);
     for i in 0..rows {
         if i > 0 {
@@ -1168,7 +1188,13 @@ pub(crate) mod tests {
             checks,
             upstream_status: crate::receipts::UpstreamStatus::Ok,
             ts: "2026-11-22 19:42:57.049".into(),
-            kind: if i.is_multiple_of(7) { Kind::ToolCall } else { Kind::ModelCall },
+            kind: if i.is_multiple_of(13) {
+                Kind::Admin
+            } else if i.is_multiple_of(7) {
+                Kind::ToolCall
+            } else {
+                Kind::ModelCall
+            },
             pack_version: if i.is_multiple_of(2) { "soc2@1".into() } else { String::new() },
             cache: CacheSide { result: "HIT", saved_tokens: i as u64, saved_usd: 0.25 },
             events,
@@ -1177,6 +1203,7 @@ pub(crate) mod tests {
             } else {
                 Vec::new()
             },
+            subject: i.is_multiple_of(13).then(|| format!("policy-{i}")),
             key_id: "key-1".into(),
         }
     }

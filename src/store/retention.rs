@@ -6,6 +6,7 @@
 
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{Backend, Store, StoreError};
 
 /// A tenant's retention: `days` None = keep forever; `pruned_through` = the highest seq a sweep
@@ -33,21 +34,24 @@ pub async fn get(store: &Store, tenant: &str) -> Result<Retention, StoreError> {
         .await
 }
 
-/// Sets the tenant's retention (None = keep forever); what was pruned stays pruned.
+/// Sets the tenant's retention (None = keep forever); what was pruned stays pruned. The tenant
+/// is the write's subject.
 pub async fn set_days(store: &Store, tenant: &str, days: Option<u64>, now: String) -> Result<Retention, StoreError> {
     let t = tenant.to_string();
     store
-        .run(move |pool, _| async move {
-            sqlx::query(
-                "INSERT INTO log_retention (tenant_id, days, updated_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (tenant_id) DO UPDATE SET days = excluded.days, updated_at = excluded.updated_at",
-            )
-            .bind(t)
-            .bind(days.map(|d| d as i64))
-            .bind(now)
-            .execute(&pool)
-            .await?;
-            Ok(())
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO log_retention (tenant_id, days, updated_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (tenant_id) DO UPDATE SET days = excluded.days, updated_at = excluded.updated_at",
+                )
+                .bind(&t)
+                .bind(days.map(|d| d as i64))
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(t, ()))
+            })
         })
         .await?;
     get(store, tenant).await
@@ -99,20 +103,22 @@ fn hold_of(r: &sqlx::any::AnyRow) -> Result<HoldRow, sqlx::Error> {
 pub async fn create_hold(store: &Store, tenant: &str, h: HoldRow) -> Result<HoldRow, StoreError> {
     let t = tenant.to_string();
     store
-        .run(move |pool, _| async move {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "INSERT INTO log_holds (tenant_id, {HOLD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
-            )))
-            .bind(t)
-            .bind(h.id.clone())
-            .bind(h.from_seq as i64)
-            .bind(h.to_seq as i64)
-            .bind(h.reason.clone())
-            .bind(h.created_at.clone())
-            .bind(h.created_by.clone())
-            .execute(&pool)
-            .await?;
-            Ok(h)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "INSERT INTO log_holds (tenant_id, {HOLD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                )))
+                .bind(t)
+                .bind(h.id.clone())
+                .bind(h.from_seq as i64)
+                .bind(h.to_seq as i64)
+                .bind(h.reason.clone())
+                .bind(h.created_at.clone())
+                .bind(h.created_by.clone())
+                .execute(&mut **tx)
+                .await?;
+                Ok(Changed::to(h.id.clone(), h))
+            })
         })
         .await
 }
@@ -135,13 +141,15 @@ pub async fn holds(store: &Store, tenant: &str, after: Option<&str>, limit: i64)
 pub async fn delete_hold(store: &Store, tenant: &str, id: &str) -> Result<bool, StoreError> {
     let (t, id) = (tenant.to_string(), id.to_string());
     store
-        .run(move |pool, _| async move {
-            let done = sqlx::query("DELETE FROM log_holds WHERE tenant_id = $1 AND id = $2")
-                .bind(t)
-                .bind(id)
-                .execute(&pool)
-                .await?;
-            Ok(done.rows_affected() > 0)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let done = sqlx::query("DELETE FROM log_holds WHERE tenant_id = $1 AND id = $2")
+                    .bind(t)
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(if done.rows_affected() > 0 { Changed::to(id, true) } else { Changed::nothing(false) })
+            })
         })
         .await
 }

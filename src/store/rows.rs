@@ -4,6 +4,7 @@
 
 use sqlx::any::AnyRow;
 
+use super::change::Changed;
 use super::{Store, StoreError};
 
 /// Maps one row to a record.
@@ -70,14 +71,17 @@ impl Table {
             .await
     }
 
-    /// Deletes the tenant's row with this id; false when there is none.
+    /// Deletes the tenant's row with this id; false when there is none. A management write
+    /// ([`Store::write`]): the row deleted is its subject.
     pub async fn delete(self, store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
         let (t, id) = (tenant_id.to_string(), id.to_string());
         store
-            .run(move |pool, _| async move {
-                let sql = format!("DELETE FROM {} WHERE tenant_id = $1 AND id = $2", self.name);
-                let done = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(id).execute(&pool).await?;
-                Ok(done.rows_affected() == 1)
+            .write(move |tx, _| {
+                Box::pin(async move {
+                    let sql = format!("DELETE FROM {} WHERE tenant_id = $1 AND id = $2", self.name);
+                    let done = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t).bind(&id).execute(&mut **tx).await?;
+                    Ok(if done.rows_affected() == 1 { Changed::to(id, true) } else { Changed::nothing(false) })
+                })
             })
             .await
     }

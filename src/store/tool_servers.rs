@@ -4,6 +4,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::{is_unique_violation, now_ts, Store, StoreError};
 
 #[derive(Debug, Clone)]
@@ -34,28 +35,29 @@ fn from_row(r: &AnyRow) -> Result<ToolServerRow, sqlx::Error> {
 pub async fn create(store: &Store, mut row: ToolServerRow) -> Result<Option<ToolServerRow>, StoreError> {
     row.created_at = now_ts();
     let r = row.clone();
-    let inserted = store
-        .run(|pool, _| async move {
-            let done = sqlx::query(
-                "INSERT INTO tool_servers (tenant_id, name, url, sealed_headers, header_names, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(r.tenant_id)
-            .bind(r.name)
-            .bind(r.url)
-            .bind(r.sealed_headers)
-            .bind(r.header_names)
-            .bind(r.created_at)
-            .execute(&pool)
-            .await;
-            match done {
-                Ok(_) => Ok(true),
-                Err(e) if is_unique_violation(&e) => Ok(false),
-                Err(e) => Err(e.into()),
-            }
+    store
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "INSERT INTO tool_servers (tenant_id, name, url, sealed_headers, header_names, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(r.tenant_id)
+                .bind(r.name)
+                .bind(r.url)
+                .bind(r.sealed_headers)
+                .bind(r.header_names)
+                .bind(r.created_at)
+                .execute(&mut **tx)
+                .await;
+                match done {
+                    Ok(_) => Ok(Changed::to(row.name.clone(), Some(row))),
+                    Err(e) if is_unique_violation(&e) => Ok(Changed::nothing(None)),
+                    Err(e) => Err(e.into()),
+                }
+            })
         })
-        .await?;
-    Ok(inserted.then_some(row))
+        .await
 }
 
 pub async fn all(store: &Store) -> Result<Vec<ToolServerRow>, StoreError> {
@@ -83,13 +85,15 @@ pub async fn for_tenant(store: &Store, tenant_id: &str) -> Result<Vec<ToolServer
 pub async fn delete(store: &Store, tenant_id: &str, name: &str) -> Result<bool, StoreError> {
     let (t, n) = (tenant_id.to_string(), name.to_string());
     store
-        .run(|pool, _| async move {
-            let done = sqlx::query("DELETE FROM tool_servers WHERE tenant_id = $1 AND name = $2")
-                .bind(t)
-                .bind(n)
-                .execute(&pool)
-                .await?;
-            Ok(done.rows_affected() > 0)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                let done = sqlx::query("DELETE FROM tool_servers WHERE tenant_id = $1 AND name = $2")
+                    .bind(t)
+                    .bind(&n)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(if done.rows_affected() > 0 { Changed::to(n, true) } else { Changed::nothing(false) })
+            })
         })
         .await
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::change::Changed;
 use super::value::Value;
 use super::{now_ts, Backend, Store, StoreError};
 
@@ -146,33 +147,34 @@ pub async fn insert(
     let ep = Endpoint { id: id.to_string(), url: url.to_string(), events: events.to_vec(), created_at: now_ts() };
     let (e, t, sealed) = (ep.clone(), tenant_id.to_string(), secret_sealed.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            sqlx::query(
-                "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret_sealed, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(&e.id)
-            .bind(&t)
-            .bind(&e.url)
-            .bind(serde_json::to_string(&e.events).unwrap_or_default())
-            .bind(sealed)
-            .bind(&e.created_at)
-            .execute(&mut *tx)
-            .await?;
-            for ev in &e.events {
-                sqlx::query("INSERT INTO webhook_subscriptions (tenant_id, event, endpoint_id) VALUES ($1, $2, $3)")
+        .write(move |tx, _| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret_sealed, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&e.id)
+                .bind(&t)
+                .bind(&e.url)
+                .bind(serde_json::to_string(&e.events).unwrap_or_default())
+                .bind(sealed)
+                .bind(&e.created_at)
+                .execute(&mut **tx)
+                .await?;
+                for ev in &e.events {
+                    sqlx::query(
+                        "INSERT INTO webhook_subscriptions (tenant_id, event, endpoint_id) VALUES ($1, $2, $3)",
+                    )
                     .bind(&t)
                     .bind(ev)
                     .bind(&e.id)
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await?;
-            }
-            tx.commit().await?;
-            Ok(())
+                }
+                Ok(Changed::to(ep.id.clone(), ep))
+            })
         })
-        .await?;
-    Ok(ep)
+        .await
 }
 
 /// A page of the tenant's endpoints in creation order.
@@ -204,26 +206,26 @@ pub async fn list(
 pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
-        .run(|pool, backend| async move {
-            let mut tx = super::begin_write(&pool, backend).await?;
-            // Children first: the cascade is declared too, this does not rely on it.
-            sqlx::query("DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2")
-                .bind(&t)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM webhook_subscriptions WHERE tenant_id = $1 AND endpoint_id = $2")
-                .bind(&t)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await?;
-            let done = sqlx::query("DELETE FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2")
-                .bind(&t)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(done.rows_affected() == 1)
+        .write(move |tx, _| {
+            Box::pin(async move {
+                // Children first: the cascade is declared too, this does not rely on it.
+                sqlx::query("DELETE FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2")
+                    .bind(&t)
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                sqlx::query("DELETE FROM webhook_subscriptions WHERE tenant_id = $1 AND endpoint_id = $2")
+                    .bind(&t)
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                let done = sqlx::query("DELETE FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2")
+                    .bind(&t)
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(if done.rows_affected() == 1 { Changed::to(id, true) } else { Changed::nothing(false) })
+            })
         })
         .await
 }

@@ -28,6 +28,8 @@ SIGNED_MEMBERS = (
     "v", "tenantId", "seq", "receiptId", "requestId", "actor", "provider", "model",
     "promptTokens", "completionTokens", "costUsd", "checks", "upstreamStatus", "ts", "prevHash",
 )
+# ... plus `subject`, signed on receipts of kind `admin` only (§1; log.md §8).
+ADMIN_ONLY_MEMBER = "subject"
 GENESIS_PREV_HASH = "0" * 64
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -162,6 +164,13 @@ def canonical_members(record: dict) -> dict:
     if missing:
         raise ReceiptError(seq, f"missing signed member(s) {missing}")
     receipt = {m: record[m] for m in SIGNED_MEMBERS}
+    kind = record.get("kind")
+    if kind == "admin" or (kind is None and ADMIN_ONLY_MEMBER in record):
+        if not isinstance(record.get(ADMIN_ONLY_MEMBER), str):
+            raise ReceiptError(seq, "an admin receipt must carry the signed string member 'subject'")
+        receipt[ADMIN_ONLY_MEMBER] = record[ADMIN_ONLY_MEMBER]
+    elif ADMIN_ONLY_MEMBER in record:
+        raise ReceiptError(seq, f"'subject' is signed only on admin receipts, not on kind {kind!r}")
     _check_types(receipt)
     return receipt
 

@@ -53,7 +53,10 @@ def get_json(gateway, path):
 
 @pytest.fixture(scope="module")
 def period(gateway):
-    """A few fresh receipts, then the period seq 1..head (everything this tenant has)."""
+    """A management write (an `admin` receipt, with its signed `subject`) and a few fresh
+    receipts, then the period seq 1..head (everything this tenant has)."""
+    status, _, text = request("POST", gateway.mgmt_url + "/v1/keys", gateway.key, {"label": "evidence-admin"})
+    assert status == 201, text
     ids = []
     for i in range(5):
         status, hdrs, text = request("POST", gateway.gateway_url + "/v1/chat/completions", gateway.key,
@@ -85,6 +88,8 @@ def keys(gateway):
 
 
 def test_bundle_verifies_offline(bundle, keys, period):
+    admin = [r for r in bundle["receipts"] if r.get("model") == "keys.create"]
+    assert admin and all(r["provider"] == "tollgate" and len(r["subject"]) == 36 for r in admin), admin
     assert verify_bundle(bundle) == period["toSeq"]
     assert verify_bundle(bundle, trusted_keys=keys) == period["toSeq"]
 
@@ -94,7 +99,8 @@ def test_attestation_root_and_inclusion_proofs(gateway, bundle, keys, period):
     attestation = get_json(gateway, f"/v1/compliance/attestation?{q}")
     root = verify_attestation_root(attestation, bundle["receipts"], keys)
     assert attestation["totals"]["chainVerified"] is True and attestation["totals"]["signaturesVerified"] is True
-    assert attestation["totals"]["receipts"] == period["toSeq"]
+    totals = attestation["totals"]
+    assert totals["adminEvents"] >= 1 and totals["receipts"] + totals["adminEvents"] == period["toSeq"], totals
     assert bundle["merkle"]["root"] == root.hex()
     for rid in [bundle["receipts"][0]["receiptId"], *period["ids"]]:
         proof = get_json(gateway, f"/v1/compliance/attestation/receipts/{rid}/inclusion?{q}")

@@ -458,6 +458,27 @@ impl Gateway {
         r.json()["receipts"][0]["seq"].as_u64().unwrap_or(0)
     }
 
+    /// The tenant's receipts of model and tool calls, newest first, every page: the `admin`
+    /// receipts every management write adds (docs/log.md §8) left out.
+    pub fn call_receipts(&self, key: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let page = self.get_json(key, &format!("/v1/receipts?limit=200{cursor}"));
+            let rows = page["receipts"].as_array().expect("a receipt page");
+            out.extend(rows.iter().filter(|r| r["kind"] != "admin").cloned());
+            match page["nextCursor"].as_u64() {
+                Some(next) => cursor = format!("&cursor={next}"),
+                None => return out,
+            }
+        }
+    }
+
+    /// How many receipts of model and tool calls the tenant has ([`Gateway::call_receipts`]).
+    pub fn call_count(&self, key: &str) -> usize {
+        self.call_receipts(key).len()
+    }
+
     /// The receipt named by an answer's `x-tollgate-receipt-id`, read at once: no wait, no
     /// retry (a receipt is committed before its answer's last byte).
     pub fn receipt_of(&self, r: &Resp) -> Value {

@@ -42,6 +42,8 @@ impl Budget {
             Kind::ModelCall => {
                 ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()))
             }
+            // Never on the gateway: management calls cost nothing.
+            Kind::Admin => 0.0,
         }
     }
 

@@ -106,6 +106,7 @@ pub async fn attestation(app: &App, caller: &Caller, req: &Req) -> Handled {
         &app.signer,
         &attestation::now_rfc3339(),
     );
+    app.store.note(format!("{}-{}", period.from_seq, period.to_seq)).await?;
     Ok(Reply::Json(200, doc))
 }
 
@@ -234,11 +235,13 @@ pub async fn evidence_bundle(app: &App, caller: &Caller, req: &Req) -> Handled {
     let period = period::resolve(&app.store, tenant, &spec).await?;
     let registry = signer::registry(&app.store).await?;
     let filename = format!("evidence-bundle-seq-{}-{}.json", period.from_seq, period.to_seq);
+    let subject = format!("{}-{}", period.from_seq, period.to_seq);
     let packs = packs_in_force(app, tenant);
     let memo_key = MemoKey::from_master(&app.master);
     let writer = BundleWriter::start(&app.store, tenant, period, registry, packs, app.signer.clone(), Some(&memo_key))
         .await?
         .with_log(&app.log_origin);
+    app.store.note(subject).await?;
     let headers = vec![
         ("content-type", "application/json".to_string()),
         ("content-disposition", format!("attachment; filename=\"{filename}\"")),
