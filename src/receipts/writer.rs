@@ -119,11 +119,11 @@ impl Sink {
     }
 
     /// Like [`Sink::append`], but fails at once where the database's write lock is held
-    /// elsewhere (the journal takes no database lock).
+    /// elsewhere, or where an admin write holds the journal's gate (`store::audit`).
     fn append_unless_busy(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
         match self {
             Sink::Database(c) => c.append_unless_busy(&mut Sealing::new(drafts, signer)),
-            Sink::Journal(j) => j.append(&mut Sealing::new(drafts, signer)),
+            Sink::Journal(j) => j.append_unless_busy(&mut Sealing::new(drafts, signer)),
         }
     }
 

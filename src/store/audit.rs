@@ -80,9 +80,15 @@ impl Store {
         let (pool, backend) = (self.pool.clone(), self.backend);
         let work = async move {
             let mut tx = begin_write(&pool, backend).await?;
+            // The head is locked first, as the receipt writer locks heads before anything else:
+            // two transactions never wait for each other's locks in opposite orders.
+            let head = match &entry {
+                Some(entry) => Some(lock_head(&mut tx, backend, &**entry).await?),
+                None => None,
+            };
             let changed = change(&mut tx, backend).await?;
-            if let (Some(entry), Some(subject)) = (&entry, &changed.subject) {
-                append_admin(&mut tx, backend, &**entry, subject).await?;
+            if let (Some(entry), Some(head), Some(subject)) = (&entry, head, &changed.subject) {
+                append_admin(&mut tx, backend, entry.seal(head, subject)).await?;
             }
             tx.commit().await?;
             Ok(changed.value)
@@ -121,15 +127,9 @@ where
     blocking.await.map_err(|e| StoreError::Other(format!("admin write failed: {e}")))?
 }
 
-/// Appends one `admin` receipt (docs/log.md §8) in a management write's own transaction
-/// (`store::audit`): the tenant's head locked, the entry sealed after it for `subject`, the row,
-/// any tile it completes and the new head written. Costs and events are none.
-async fn append_admin(
-    tx: &mut super::change::WriteTx,
-    backend: Backend,
-    entry: &dyn AdminEntry,
-    subject: &str,
-) -> Result<(), sqlx::Error> {
+/// The tenant's chain head (created at genesis before its first receipt), locked until the
+/// write commits (PostgreSQL: `FOR UPDATE`; SQLite: the write transaction holds the lock).
+async fn lock_head(tx: &mut WriteTx, backend: Backend, entry: &dyn AdminEntry) -> Result<Head, sqlx::Error> {
     let tenant = entry.tenant().to_string();
     sqlx::query(
         "INSERT INTO chain_heads (tenant_id, seq, this_hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING",
@@ -142,10 +142,13 @@ async fn append_admin(
         Backend::Postgres => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1 FOR UPDATE",
         Backend::Sqlite => "SELECT seq, this_hash FROM chain_heads WHERE tenant_id = $1",
     };
-    let row = sqlx::query(sql).bind(&tenant).fetch_one(&mut **tx).await?;
-    let head =
-        Head { seq: row.try_get::<i64, _>(0usize)?.max(0) as u64, hash: row.try_get::<String, _>(1usize)?.into() };
-    let record = entry.seal(head, subject);
+    let row = sqlx::query(sql).bind(tenant).fetch_one(&mut **tx).await?;
+    Ok(Head { seq: row.try_get::<i64, _>(0usize)?.max(0) as u64, hash: row.try_get::<String, _>(1usize)?.into() })
+}
+
+/// Writes one sealed `admin` receipt (docs/log.md §8) in a management write's own transaction:
+/// its row, any log tile it completes, and the tenant's new head. Costs and events are none.
+async fn append_admin(tx: &mut WriteTx, backend: Backend, record: Record) -> Result<(), sqlx::Error> {
     let sql = format!(
         "INSERT INTO receipts ({}) VALUES {}",
         *receipts::INSERT_COLUMNS,
@@ -165,7 +168,7 @@ async fn append_admin(
     sqlx::query("UPDATE chain_heads SET seq = $1, this_hash = $2 WHERE tenant_id = $3")
         .bind(record.seq() as i64)
         .bind(record.this_hash().to_string())
-        .bind(tenant)
+        .bind(record.tenant_id().to_string())
         .execute(&mut **tx)
         .await?;
     Ok(())

@@ -432,6 +432,17 @@ impl JournalWriter {
     /// commit timeout (the database takes no receipts: answers would outrun what readers can
     /// see).
     pub fn append(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
+        self.append_with(seal, true)
+    }
+
+    /// [`JournalWriter::append`] that fails at once instead of waiting while an admin append
+    /// holds the gate (`store::audit`): for a request committing its own receipt on a proxy
+    /// thread, which hands the draft to the writer then.
+    pub fn append_unless_busy(&mut self, seal: &mut impl Seal) -> Result<usize, StoreError> {
+        self.append_with(seal, false)
+    }
+
+    fn append_with(&mut self, seal: &mut impl Seal, wait: bool) -> Result<usize, StoreError> {
         if let Some(failing) = self.progress.failing_for().filter(|f| *f > self.progress.timeout) {
             return Err(StoreError::Unavailable(format!(
                 "the database has taken no receipts for {failing:?} (the journal holds them)"
@@ -441,7 +452,16 @@ impl JournalWriter {
         // No admin append (`store::audit`) writes to the database while this batch is sealed
         // after the heads below and journaled.
         let progress = self.progress.clone();
-        let mut stale = progress.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut stale = match progress.gate.try_lock() {
+            Ok(stale) => stale,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if wait => {
+                progress.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err(StoreError::Unavailable("an admin write holds the receipt journal".into()))
+            }
+        };
         for tenant in stale.drain(..) {
             self.heads.remove(&tenant);
         }
