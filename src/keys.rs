@@ -41,7 +41,7 @@ pub fn generate() -> NewSecret {
 pub async fn issue(
     store: &crate::store::Store,
     tenant_id: &str,
-    manager: bool,
+    role: &str,
     label: &str,
 ) -> Result<(String, String), crate::store::StoreError> {
     let secret = generate();
@@ -51,7 +51,7 @@ pub async fn issue(
         key_hint: secret.hint,
         label: label.to_string(),
         key_class: "interactive".into(),
-        role: if manager { "manager" } else { "developer" }.into(),
+        role: role.into(),
         team_id: None,
         budget_usd: None,
     };

@@ -138,7 +138,7 @@ async fn bootstrap_first_tenant(store: &Store) -> Result<(), StartError> {
         return Ok(());
     }
     let tenant = store::tenants::create(store, "default").await?;
-    let key = crate::keys::issue(store, &tenant.id, true, "bootstrap manager key").await?;
+    let key = crate::keys::issue(store, &tenant.id, "manager", "bootstrap manager key").await?;
     eprintln!(
         "tollgate: first start: created tenant `default` ({}) and a manager key.\n\
          tollgate: manager key (shown once, store it now): {}",

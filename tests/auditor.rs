@@ -73,3 +73,24 @@ fn auditor_keys_read_evidence_and_nothing_else() {
     let out = g.cli(&["log", "audit", "--url", &url, "--key", &auditor, "--state", state.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// An operator makes an auditor key from the command line; it reads evidence and nothing else.
+#[test]
+fn the_command_line_makes_auditor_keys() {
+    let g = support::Gateway::start(&Backend::Sqlite, &[]);
+    let out = g.cli(&["key", "create", "--tenant", &g.tenant_id, "--role", "auditor", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let auditor = made["key"].as_str().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while g.mgmt("GET", "/v1/receipts", Some(auditor), None).status != 200 {
+        assert!(std::time::Instant::now() < deadline, "the server never accepted the new key");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(g.mgmt("GET", "/v1/keys", Some(auditor), None).status, 403);
+    let listed = g.get_json(&g.key, "/v1/keys");
+    let role = listed["data"].as_array().unwrap().iter().find(|k| k["id"] == made["keyId"]).map(|k| k["role"].clone());
+    assert_eq!(role, Some(serde_json::json!("auditor")), "{listed}");
+    let bad = g.cli(&["key", "create", "--tenant", &g.tenant_id, "--role", "root"]);
+    assert!(!bad.status.success());
+}

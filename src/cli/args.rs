@@ -141,9 +141,14 @@ pub(super) enum KeyCommand {
     Create {
         #[arg(long)]
         tenant: String,
-        /// Give the key manager rights.
-        #[arg(long)]
+        /// Give the key manager rights (the same as `--role manager`).
+        #[arg(long, conflicts_with = "role")]
         manager: bool,
+        /// The key's role: `developer` (the default) calls the gateway and reads; `manager` also
+        /// changes the tenant's settings; `auditor` only reads evidence (receipts, the log,
+        /// compliance, analytics, audit events) and calls nothing (docs/log.md §8).
+        #[arg(long, value_parser = ["manager", "developer", "auditor"])]
+        role: Option<String>,
         #[arg(long, default_value = "")]
         label: String,
         /// Print one JSON line: {"tenantId", "keyId", "key"}.

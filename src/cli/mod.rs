@@ -24,8 +24,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Tenant { command: TenantCommand::Create { name, json, config } } => {
             tenants::create_tenant(&name, json, &config)
         }
-        Command::Key { command: KeyCommand::Create { tenant, manager, label, json, config } } => {
-            tenants::create_key(&tenant, manager, &label, json, &config)
+        Command::Key { command: KeyCommand::Create { tenant, manager, role, label, json, config } } => {
+            let role = role.unwrap_or_else(|| if manager { "manager" } else { "developer" }.to_string());
+            tenants::create_key(&tenant, &role, &label, json, &config)
         }
         Command::SigningKey { command: SigningKeyCommand::Rotate(arg) } => signing_key::rotate(&arg),
         Command::Verify { bundle, keys, tsa_ca } => verify::verify_bundle(&bundle, &keys, tsa_ca.as_deref()),

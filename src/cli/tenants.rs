@@ -17,7 +17,8 @@ pub(super) fn create_tenant(name: &str, json: bool, config: &ConfigArg) -> ExitC
                 return Err(fail(format!("a tenant named `{name}` already exists")));
             }
             let t = store::tenants::create(&store, &name).await.map_err(fail)?;
-            let (key, key_id) = crate::keys::issue(&store, &t.id, true, "tenant manager key").await.map_err(fail)?;
+            let (key, key_id) =
+                crate::keys::issue(&store, &t.id, "manager", "tenant manager key").await.map_err(fail)?;
             notify_servers(&store).await;
             Ok((t.id, key_id, key))
         })
@@ -31,13 +32,13 @@ pub(super) fn create_tenant(name: &str, json: bool, config: &ConfigArg) -> ExitC
     }
 }
 
-pub(super) fn create_key(tenant: &str, manager: bool, label: &str, json: bool, config: &ConfigArg) -> ExitCode {
+pub(super) fn create_key(tenant: &str, role: &str, label: &str, json: bool, config: &ConfigArg) -> ExitCode {
     let result = load(config).and_then(|cfg| open(&cfg)).and_then(|store| {
         block_on(async {
             if !store::tenants::exists(&store, tenant).await.map_err(fail)? {
                 return Err(fail(format!("no tenant with id `{tenant}`")));
             }
-            let made = crate::keys::issue(&store, tenant, manager, label).await.map_err(fail)?;
+            let made = crate::keys::issue(&store, tenant, role, label).await.map_err(fail)?;
             notify_servers(&store).await;
             Ok(made)
         })

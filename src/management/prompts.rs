@@ -162,6 +162,8 @@ pub async fn run(app: &App, caller: &Caller, req: &Req) -> Handled {
     let output = answer.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap_or_default();
     let used = usage::from_value(Dialect::CHAT, &answer).unwrap_or_default();
     let cost_usd = app.snapshot.load().pricing.cost(&model, &used);
+    // The admin trail records the run as an act on the prompt (its model call has its own receipt).
+    app.store.note(p.id.clone()).await?;
     Ok(Reply::json(
         200,
         &RunResult {
