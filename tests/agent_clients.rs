@@ -123,7 +123,19 @@ fn model_lists_show_what_the_key_may_call_in_both_shapes_and_leave_no_receipt() 
         let no_key = get(&g, "/v1/models", &[]);
         assert_eq!(no_key.status, 401);
         assert_eq!(up.count(), 0, "a model list never reaches a provider");
-        assert_eq!(g.newest_seq(&g.key), 0, "no receipts for model lists");
+        // The tenant's log holds the admin receipts of its five management writes (the two
+        // provider PUTs of `with_standin`, bedrock, the policy, the service key) and nothing
+        // else: no model list left a receipt of any kind.
+        assert_eq!(g.call_count(&g.key), 0, "no receipts for model lists");
+        let log = g.get_json(&g.key, "/v1/receipts?limit=200");
+        let actions: Vec<&str> =
+            log["receipts"].as_array().unwrap().iter().rev().map(|r| r["model"].as_str().unwrap()).collect();
+        assert_eq!(
+            actions,
+            ["providers.update", "providers.update", "providers.update", "policies.create", "keys.create"],
+            "{log}"
+        );
+        assert_eq!(g.newest_seq(&g.key), 5, "no receipts for model lists");
         let listed = g.metric("tollgate_requests_total", &["route=\"models\""]);
         assert!(listed >= 10.0, "{listed}");
     }
@@ -174,8 +186,15 @@ fn count_tokens_passes_to_anthropic_unbilled_with_its_own_rate() {
             json!({"model": "claude-haiku-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
         let r = http::request(g.gw, "POST", "/v1/messages", &headers, chat.to_string().as_bytes());
         assert_eq!(r.status, 200, "{}", r.text());
-        let receipts = g.mgmt("GET", "/v1/receipts?limit=10", Some(&g.key), None).json();
-        assert_eq!(receipts["receipts"].as_array().unwrap().len(), 1, "one receipt: the chat, not the counts");
+        let calls = g.call_receipts(&g.key);
+        assert_eq!(calls.len(), 1, "one receipt: the chat, not the counts");
+        assert_eq!(
+            (calls[0]["model"].as_str(), calls[0]["kind"].as_str()),
+            (Some("claude-haiku-4-5"), Some("model_call"))
+        );
+        // Four management writes before (two provider PUTs, the key, its limits) and the chat:
+        // the counts left no receipt of any kind.
+        assert_eq!(g.newest_seq(&g.key), 5, "one receipt: the chat, not the counts");
 
         // A body without a model is the client's error, not sent on.
         let other = g.new_key(&g.key, &json!({"label": "other"})).1;

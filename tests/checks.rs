@@ -218,6 +218,8 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
         );
         assert_eq!(r.status, 201, "{}", r.text());
         let budget_id = r.json()["id"].as_str().unwrap().to_string();
+        // The admin receipts of the writes so far (docs/log.md §8); the calls' receipts follow.
+        let base = g.newest_seq(&g.key);
 
         let body = json!({"model": "gpt-4o", "max_tokens": 7, "messages": [{"role": "user", "content": "hi"}]});
         let reservation = (body.to_string().len() as f64 / 4.0).ceil() * 2.5e-6 + 7.0 * 1e-5;
@@ -254,7 +256,7 @@ fn concurrent_requests_cannot_overspend_a_budget_and_spend_survives_a_restart() 
         assert_eq!(checks, ["BUDGET:BLOCK", "UPSTREAM:SKIPPED"]);
 
         // Spend is durable: after a restart it is the same and still enforced.
-        g.wait_receipts(&g.key, 51 + (ok as u64 - ok_burst as u64));
+        g.wait_receipts(&g.key, base + 51 + (ok as u64 - ok_burst as u64));
         g.stop();
         g.spawn();
         let after = g.mgmt("GET", "/v1/budgets", Some(&g.key), None).json();
@@ -474,6 +476,8 @@ fn the_cache_answers_repeats_without_the_upstream_and_reports_savings() {
     for b in backends() {
         let (g, up) = setup(&b, &[]);
         policy(&g, "cache:\n  mode: exact\n  ttlSeconds: 600\n");
+        // The admin receipts of the setup (docs/log.md §8); the five calls' receipts follow.
+        let base = g.newest_seq(&g.key);
 
         let first = g.chat(&g.key, &ask("what is 2+2?"));
         assert_eq!(first.status, 200);
@@ -515,7 +519,8 @@ fn the_cache_answers_repeats_without_the_upstream_and_reports_savings() {
         assert_eq!(one.text(), two.text());
         assert!(two.text().contains("data: [DONE]"));
 
-        assert_eq!(g.wait_receipts(&g.key, 5), 5);
+        assert_eq!(g.wait_receipts(&g.key, base + 5), base + 5);
+        assert_eq!(g.call_count(&g.key), 5);
         let stats = g.mgmt("GET", "/v1/cache", Some(&g.key), None);
         assert_eq!(stats.status, 200, "{}", stats.text());
         let v = stats.json();

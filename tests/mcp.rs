@@ -187,10 +187,15 @@ fn a_tool_call_is_checked_receipted_and_reaches_the_server_without_the_tollgate_
         assert!(kinds.iter().all(|k| *k == "tool_call"));
         assert_eq!(g.mgmt("GET", "/v1/receipts?kind=model_call", Some(&g.key), None).json()["receipts"], json!([]));
         assert_eq!(g.mgmt("GET", "/v1/receipts?kind=nope", Some(&g.key), None).status, 400);
+        // The export holds the whole log: the admin receipts of the registration and the policy
+        // (docs/log.md §8), then the four tool calls, each row with its kind.
         let csv = g.mgmt("GET", "/v1/receipts/export?format=csv", Some(&g.key), None).text();
-        assert!(csv.lines().nth(1).unwrap().ends_with(",tool_call"), "{csv}");
+        let kinds: Vec<&str> = csv.lines().skip(1).map(|l| l.rsplit(',').next().unwrap()).collect();
+        assert_eq!(kinds, ["admin", "admin", "tool_call", "tool_call", "tool_call", "tool_call"], "{csv}");
+        assert!(csv.lines().nth(3).unwrap().contains(",search,search,"), "{csv}");
         let att = g.mgmt("GET", "/v1/compliance/attestation", Some(&g.key), None);
         assert_eq!(att.json()["totals"]["toolReceipts"], 4, "{}", att.text());
+        assert_eq!(att.json()["totals"]["receipts"], 4, "admin receipts are not calls: {}", att.text());
         // Coverage: a control proven by ALLOWLIST lists the tool call the allowlist refused.
         let cov = g.mgmt("GET", "/v1/compliance/coverage/owasp-llm-2025", Some(&g.key), None).json();
         let control = cov["controls"]

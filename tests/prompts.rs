@@ -136,14 +136,17 @@ fn a_run_renders_and_goes_through_the_gateway_with_its_checks_and_receipt() {
         assert_eq!(sent[0].json()["messages"][0]["content"], "Say hi to Ada from 42; Ada again. {{ not a var }}");
         assert_eq!(sent[0].header("authorization"), Some("Bearer sk-provider-secret"));
 
-        // One receipt, of the key that ran it, with the same cost.
-        let list = g.mgmt("GET", "/v1/receipts?limit=5", Some(&g.key), None).json();
-        let receipts = list["receipts"].as_array().unwrap();
-        assert_eq!(receipts.len(), 1, "{list}");
+        // One call receipt, of the key that ran it, with the same cost; the run itself is in the
+        // admin trail as `prompts.run` (docs/log.md §8), the refused run (400) is not.
+        let receipts = g.call_receipts(&g.key);
+        assert_eq!(receipts.len(), 1, "{receipts:?}");
         let me = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json()["data"][0]["id"].as_str().unwrap().to_string();
         assert_eq!(receipts[0]["actor"], me.as_str());
         assert_eq!(receipts[0]["model"], "gpt-4o-mini");
         assert!((receipts[0]["costUsd"].as_f64().unwrap() - cost).abs() < 1e-12);
+        let runs = g.get_json(&g.key, "/v1/receipts?kind=admin&model=prompts.run")["receipts"].clone();
+        assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+        assert_eq!((runs[0]["actor"].as_str(), runs[0]["subject"].as_str()), (Some(me.as_str()), Some(id)));
 
         // The key's checks apply: a policy denial is the run's 403.
         let deny = "rules:\n  - {id: no-mini, match: {model: \"gpt-4o-mini\"}, action: deny}\n";

@@ -215,6 +215,8 @@ fn with_the_journal_sigterm_lets_in_flight_requests_finish_and_every_answer_keep
 fn sigterm_mid_burst(b: &Backend, env: &[(&str, &str)]) {
     {
         let (mut g, up): (Gateway, Standin) = support::with_standin(b, env);
+        // The admin receipts of the setup's provider PUTs (docs/log.md §8) come first.
+        let base = g.newest_seq(&g.key);
         let stop = Arc::new(AtomicBool::new(false));
         // 40 requests, 24 at a time, each upstream call taking a second.
         let (answered, handles) = burst(&g, "gpt-slow", 40, 24, stop.clone());
@@ -228,7 +230,8 @@ fn sigterm_mid_burst(b: &Backend, env: &[(&str, &str)]) {
         assert!(answered.len() >= 12, "{b:?}: the requests in flight at SIGTERM finished ({})", answered.len());
         g.spawn();
         let receipts = assert_receipts_survived(&g, &answered, "SIGTERM");
-        assert_eq!(receipts, answered.len() as u64, "{b:?}: receipts after restart = answers received");
+        assert_eq!(receipts - base, answered.len() as u64, "{b:?}: receipts after restart = answers received");
+        assert_eq!(g.call_count(&g.key), answered.len(), "{b:?}: receipts after restart = answers received");
     }
 }
 
@@ -264,6 +267,7 @@ fn with_the_journal_sigkill_mid_burst_loses_no_receipt_of_an_answered_request() 
 fn sigkill_mid_burst(b: &Backend, env: &[(&str, &str)]) -> Gateway {
     {
         let (mut g, _up) = support::with_standin(b, env);
+        let base = g.newest_seq(&g.key);
         let stop = Arc::new(AtomicBool::new(false));
         let (answered, handles) = burst(&g, "gpt-4o-mini", usize::MAX, 8, stop.clone());
         wait_until("300 answers", || answered.lock().unwrap().len() >= 300);
@@ -274,7 +278,9 @@ fn sigkill_mid_burst(b: &Backend, env: &[(&str, &str)]) -> Gateway {
         g.spawn();
         let receipts = assert_receipts_survived(&g, &answered, "SIGKILL");
         // Requests cut off by the kill may have a receipt without an answer, never the reverse.
+        let receipts = receipts - base;
         assert!(receipts >= answered.len() as u64);
+        assert_eq!(g.call_count(&g.key) as u64, receipts, "{b:?}: after the setup, only calls");
         eprintln!("{b:?}: SIGKILL after {} answers: {receipts} receipts", answered.len());
         g
     }
@@ -287,6 +293,8 @@ fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
     for b in backends() {
         let env = [("TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", "1500"), NO_JOURNAL[0]];
         let (g, _up) = support::with_standin(&b, &env);
+        // The admin receipts of the setup's provider PUTs (docs/log.md §8) come first.
+        let base = g.newest_seq(&g.key);
         let before = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
         assert_eq!(before.status, 200);
         let lock = g.hold_write_lock();
@@ -321,7 +329,8 @@ fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
         assert_eq!(report.json()["ok"], true, "{}", report.text());
         // The withheld answers' receipts were abandoned (rolled back, not committed later), and
         // nothing was billed for them.
-        assert_eq!(g.newest_seq(&g.key), 2, "{b:?}: only the two clean answers have receipts");
+        assert_eq!(g.newest_seq(&g.key), base + 2, "{b:?}: only the two clean answers have receipts");
+        assert_eq!(g.call_count(&g.key), 2, "{b:?}: only the two clean answers have receipts");
         let r = g.mgmt("GET", &format!("/v1/receipts/{withheld_stream}"), Some(&g.key), None);
         assert_eq!(r.status, 404);
         let spent = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json()["data"][0]["spentUsd"].as_f64().unwrap();
@@ -333,6 +342,8 @@ fn a_database_that_cannot_commit_withholds_answers_and_the_gateway_recovers() {
 #[test]
 fn the_after_answer_opt_out_still_writes_every_receipt() {
     let (g, _up) = support::with_standin(&Backend::Sqlite, &[("TOLLGATE_RECEIPTS_COMMIT", "after_answer")]);
+    // The admin receipts of the setup's provider PUTs (docs/log.md §8) come first.
+    let base = g.newest_seq(&g.key);
     let ids: Vec<String> = (0..20)
         .map(|_| {
             let r = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
@@ -341,7 +352,7 @@ fn the_after_answer_opt_out_still_writes_every_receipt() {
         })
         .collect();
     // The receipts follow the answers: wait for them (bounded), then each is there.
-    assert_eq!(g.wait_receipts(&g.key, 20), 20);
+    assert_eq!(g.wait_receipts(&g.key, base + 20), base + 20);
     for id in &ids {
         g.receipt(id);
     }
@@ -356,6 +367,8 @@ fn the_after_answer_opt_out_still_writes_every_receipt() {
 fn with_the_journal_a_database_that_cannot_commit_withholds_reads_then_answers_and_loses_nothing() {
     let env = [("TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", "1500"), JOURNAL[0]];
     let (g, _up) = support::with_standin(&Backend::Sqlite, &env);
+    // The admin receipts of the setup's provider PUTs (docs/log.md §8) come first.
+    let base = g.newest_seq(&g.key);
     let before = g.post_gw("/v1/chat/completions", &g.key, &body("gpt-4o-mini", false));
     assert_eq!(before.status, 200);
     g.receipt_of(&before);
@@ -395,7 +408,8 @@ fn with_the_journal_a_database_that_cannot_commit_withholds_reads_then_answers_a
     };
     answered.push(after.header("x-tollgate-receipt-id").unwrap().to_string());
     let newest = assert_receipts_survived(&g, &answered, "journal, database locked");
-    assert_eq!(newest, answered.len() as u64, "every answer has its receipt, and only those");
+    assert_eq!(newest - base, answered.len() as u64, "every answer has its receipt, and only those");
+    assert_eq!(g.call_count(&g.key), answered.len(), "every answer has its receipt, and only those");
     let spent = g.mgmt("GET", "/v1/keys", Some(&g.key), None).json()["data"][0]["spentUsd"].as_f64().unwrap();
     let cost = g.receipt_of(&before)["costUsd"].as_f64().unwrap() * answered.len() as f64;
     assert!((spent - cost).abs() < 1e-9, "spent {spent}, the answers cost {cost}");
