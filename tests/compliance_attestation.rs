@@ -11,16 +11,44 @@ use serde_json::{json, Value};
 use support::{backends, Backend, Gateway};
 use tollgate::receipts::merkle;
 
-/// 4 answered, 1 upstream failure, 1 blocked by the rate limit: 6 receipts, seq 1..6.
-fn traffic(g: &Gateway) -> Vec<String> {
+/// 4 answered, 1 upstream failure, 1 blocked by the rate limit: 6 receipts, seq `first..first + 6`.
+/// The management writes before them (the stand-in's providers, the rpm limit) are `admin`
+/// receipts of the same log (docs/log.md §8), so the calls start at `first`, not at 1.
+fn traffic(g: &Gateway) -> (u64, Vec<String>) {
     let key_id = g.get_json(&g.key, "/v1/keys")["data"][0]["id"].as_str().unwrap().to_string();
     let r = g.mgmt("PATCH", &format!("/v1/keys/{key_id}/limits"), Some(&g.key), Some(&json!({"rpmLimit": 5})));
     assert_eq!(r.status, 200, "{}", r.text());
+    let first = g.newest_seq(&g.key) + 1;
     let mut ids: Vec<String> = (0..4).map(|_| g.say(&g.key, "gpt-4o-mini", "hi").receipt_id()).collect();
     ids.push(g.say(&g.key, "gpt-fail", "hi").receipt_id());
     ids.push(g.say(&g.key, "gpt-4o-mini", "hi").receipt_id()); // the 6th in a minute: 429
-    assert_eq!(g.wait_receipts(&g.key, 6), 6);
-    ids
+    assert_eq!(g.wait_receipts(&g.key, first + 5), first + 5);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(g.receipt(id)["seq"], first + i as u64, "the calls are seq {first}.., in order");
+    }
+    (first, ids)
+}
+
+/// `thisHash` of every receipt of the tenant (calls and `admin` ones) with seq `1..=to`, in seq
+/// order: the leaves of the whole log up to `to`.
+fn hashes_through(g: &Gateway, to: u64) -> Vec<merkle::Hash> {
+    let mut ids = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = g.get_json(&g.key, &format!("/v1/receipts?limit=200{cursor}"));
+        for r in page["receipts"].as_array().unwrap() {
+            ids.push((r["seq"].as_u64().unwrap(), r["receiptId"].as_str().unwrap().to_string()));
+        }
+        match page["nextCursor"].as_u64() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    ids.retain(|(seq, _)| *seq <= to);
+    ids.sort();
+    assert!(ids.iter().map(|(seq, _)| *seq).eq(1..=to), "every seq up to {to} is listed: {ids:?}");
+    let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+    this_hashes(g, &ids)
 }
 
 fn this_hashes(g: &Gateway, ids: &[String]) -> Vec<merkle::Hash> {
@@ -50,10 +78,12 @@ fn tree_head_verifies(g: &Gateway, head: &Value, signed: &Value) -> bool {
 fn attestation_is_computed_from_the_chain_and_signed() {
     for b in backends() {
         let (g, _up) = support::with_standin(&b, &[]);
-        let ids = traffic(&g);
-        let a = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6");
+        let (first, ids) = traffic(&g);
+        let last = first + 5;
+        let a = g.get_json(&g.key, &format!("/v1/compliance/attestation?fromSeq={first}&toSeq={last}"));
         let t = &a["totals"];
         assert_eq!(t["receipts"], 6, "{a}");
+        assert_eq!(t["adminEvents"], 0, "no management write among the calls");
         assert_eq!((t["modelReceipts"].as_u64(), t["toolReceipts"].as_u64()), (Some(6), Some(0)));
         assert_eq!((t["chainVerifiedCount"].as_u64(), t["signaturesVerifiedCount"].as_u64()), (Some(6), Some(6)));
         assert_eq!((t["chainVerified"].as_bool(), t["signaturesVerified"].as_bool()), (Some(true), Some(true)));
@@ -63,7 +93,7 @@ fn attestation_is_computed_from_the_chain_and_signed() {
         assert_eq!(a["disclaimer"], tollgate::compliance::DISCLAIMER);
         assert_eq!(a["version"], "v1");
         assert_eq!(a["tenantId"], g.tenant_id.as_str());
-        assert_eq!((a["period"]["fromSeq"].as_u64(), a["period"]["toSeq"].as_u64()), (Some(1), Some(6)));
+        assert_eq!((a["period"]["fromSeq"].as_u64(), a["period"]["toSeq"].as_u64()), (Some(first), Some(last)));
         assert_eq!(a["signingKeyIds"].as_array().unwrap().len(), 1);
         let coverage: Vec<&str> =
             a["checkCoverage"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
@@ -82,18 +112,36 @@ fn attestation_is_computed_from_the_chain_and_signed() {
         assert_eq!(a["merkle"], json!({"algorithm": "RFC6962-SHA256", "leafCount": 6, "root": root}));
         assert_eq!(a["anchor"]["type"], "merkle_root_v1");
         assert_eq!(a["anchor"]["root"], root.as_str());
-        let head = json!({"tenantId": g.tenant_id, "fromSeq": 1, "toSeq": 6, "leafCount": 6, "root": root});
+        let head = json!({"tenantId": g.tenant_id, "fromSeq": first, "toSeq": last, "leafCount": 6, "root": root});
         assert!(tree_head_verifies(&g, &head, &a["anchor"]), "signed tree head");
-        let forged = json!({"tenantId": g.tenant_id, "fromSeq": 1, "toSeq": 6, "leafCount": 5, "root": root});
+        let forged = json!({"tenantId": g.tenant_id, "fromSeq": first, "toSeq": last, "leafCount": 5, "root": root});
         assert!(!tree_head_verifies(&g, &forged, &a["anchor"]));
 
-        // The same period by time and by days; a sub-period links to its anchor.
+        // The whole log by time and by days: every leaf, the admin receipts of the management
+        // writes and of the attestations before it included (each attestation is recorded after
+        // it is computed, so it sees the log up to the one before); those count as
+        // `adminEvents`, not as receipts. A sub-period links to its anchor.
         for q in ["days=1", "from=2020-01-01T00:00:00Z", "from=2020-01-01T00:00:00Z&to=2100-01-01T00:00:00Z"] {
+            let size = g.newest_seq(&g.key);
+            let all = hashes_through(&g, size);
+            let whole = merkle::to_hex(&merkle::root(&all.iter().map(|h| merkle::leaf_hash(h)).collect::<Vec<_>>()));
             let other = g.get_json(&g.key, &format!("/v1/compliance/attestation?{q}"));
-            assert_eq!(other["merkle"]["root"], root.as_str(), "{q}");
+            assert_eq!((other["period"]["fromSeq"].as_u64(), other["period"]["toSeq"].as_u64()), (Some(1), Some(size)));
+            assert_eq!(other["merkle"]["root"], whole.as_str(), "{q}");
+            assert_eq!(other["merkle"]["leafCount"], size, "{q}");
+            let t = &other["totals"];
+            assert_eq!((t["receipts"].as_u64(), t["adminEvents"].as_u64()), (Some(6), Some(size - 6)), "{q}: {t}");
+            assert_eq!((t["modelReceipts"].as_u64(), t["enforcementActions"].as_u64()), (Some(6), Some(1)), "{q}");
+            assert_eq!(
+                (t["chainVerifiedCount"].as_u64(), t["signaturesVerifiedCount"].as_u64()),
+                (Some(size), Some(size)),
+                "every leaf verified, admin ones too: {t}"
+            );
+            let rl = other["checkCoverage"].as_array().unwrap().iter().find(|c| c["name"] == "RATELIMIT").unwrap();
+            assert_eq!((rl["receipts"].as_u64(), rl["applicableReceipts"].as_u64()), (Some(6), Some(6)), "{q}");
             assert!(other["period"]["label"].is_string() && other["period"]["days"].is_u64(), "{q}");
         }
-        let sub = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=2&toSeq=4");
+        let sub = g.get_json(&g.key, &format!("/v1/compliance/attestation?fromSeq={}&toSeq={}", first + 1, first + 3));
         assert_eq!(sub["merkle"]["root"], merkle::to_hex(&merkle::root(&leaves[1..4])));
         assert_eq!(sub["totals"]["chainVerified"], true);
         let empty = g.get_json(&g.key, "/v1/compliance/attestation?from=2001-01-01T00:00:00Z&to=2001-01-02T00:00:00Z");
@@ -114,12 +162,13 @@ fn attestation_is_computed_from_the_chain_and_signed() {
         }
 
         // Tampering with a stored field breaks the chain and that receipt's signature.
-        assert_eq!(g.sql("UPDATE receipts SET completion_tokens = 999 WHERE seq = 3"), 1);
-        let broken = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6");
+        let third = first + 2;
+        assert_eq!(g.sql(&format!("UPDATE receipts SET completion_tokens = 999 WHERE seq = {third}")), 1);
+        let broken = g.get_json(&g.key, &format!("/v1/compliance/attestation?fromSeq={first}&toSeq={last}"));
         assert_eq!(broken["totals"]["chainVerified"], false);
         assert_eq!(broken["totals"]["signaturesVerified"], false);
         assert_eq!(broken["totals"]["signaturesVerifiedCount"], 5);
-        assert_eq!(broken["verification"]["brokenAtSeq"], 3);
+        assert_eq!(broken["verification"]["brokenAtSeq"], third);
     }
 }
 
@@ -127,17 +176,18 @@ fn attestation_is_computed_from_the_chain_and_signed() {
 fn inclusion_proofs_verify_against_the_attested_root() {
     for b in backends() {
         let (g, _up) = support::with_standin(&b, &[]);
-        let ids = traffic(&g);
+        let (first, ids) = traffic(&g);
+        let last = first + 5;
+        let period = format!("fromSeq={first}&toSeq={last}");
         let hashes = this_hashes(&g, &ids);
-        let root_hex = g.get_json(&g.key, "/v1/compliance/attestation?fromSeq=1&toSeq=6")["merkle"]["root"].clone();
+        let root_hex = g.get_json(&g.key, &format!("/v1/compliance/attestation?{period}"))["merkle"]["root"].clone();
         let root = merkle::from_hex(root_hex.as_str().unwrap()).unwrap();
         for (i, id) in ids.iter().enumerate() {
-            let p =
-                g.get_json(&g.key, &format!("/v1/compliance/attestation/receipts/{id}/inclusion?fromSeq=1&toSeq=6"));
+            let p = g.get_json(&g.key, &format!("/v1/compliance/attestation/receipts/{id}/inclusion?{period}"));
             assert_eq!(p["root"], root_hex, "{p}");
             assert_eq!(
                 (p["index"].as_u64(), p["treeSize"].as_u64(), p["seq"].as_u64()),
-                (Some(i as u64), Some(6), Some(i as u64 + 1))
+                (Some(i as u64), Some(6), Some(first + i as u64))
             );
             assert_eq!((p["verified"].as_bool(), p["algorithm"].as_str()), (Some(true), Some("RFC6962-SHA256")));
             assert_eq!(p["thisHash"], merkle::to_hex(&hashes[i]));
@@ -149,17 +199,27 @@ fn inclusion_proofs_verify_against_the_attested_root() {
             bent[0][0] ^= 1;
             assert!(!merkle::verify_inclusion(&leaf, i as u64, 6, &bent, &root), "an altered proof hash fails");
             let h = &p["signedTreeHead"];
-            let head = json!({"tenantId": g.tenant_id, "fromSeq": 1, "toSeq": 6, "leafCount": 6, "root": root_hex});
+            let head =
+                json!({"tenantId": g.tenant_id, "fromSeq": first, "toSeq": last, "leafCount": 6, "root": root_hex});
             assert!(tree_head_verifies(&g, &head, h));
             assert_eq!((p["scope"].is_string(), p["disclaimer"].is_string()), (true, true));
         }
-        // The same proof with the default period (last 30 days).
+        // The same proof with the default period (last 30 days): the whole log, whose first
+        // leaves are the admin receipts of the management writes and of the attestation above.
+        let size = g.newest_seq(&g.key);
+        let all: Vec<merkle::Hash> = hashes_through(&g, size).iter().map(|h| merkle::leaf_hash(h)).collect();
+        let whole = merkle::root(&all);
         let p = g.get_json(&g.key, &format!("/v1/compliance/attestation/receipts/{}/inclusion", ids[2]));
-        assert_eq!((p["verified"].as_bool(), p["root"].clone()), (Some(true), root_hex.clone()));
+        assert_eq!((p["verified"].as_bool(), p["root"].clone()), (Some(true), json!(merkle::to_hex(&whole))), "{p}");
+        let index = first + 1; // seq first + 2
+        assert_eq!((p["index"].as_u64(), p["treeSize"].as_u64()), (Some(index), Some(size)));
+        let proof: Vec<merkle::Hash> =
+            p["proof"].as_array().unwrap().iter().map(|h| merkle::from_hex(h.as_str().unwrap()).unwrap()).collect();
+        assert!(merkle::verify_inclusion(&merkle::leaf_hash(&hashes[2]), index, size, &proof, &whole));
         // A receipt outside the period.
         let r = g.mgmt(
             "GET",
-            &format!("/v1/compliance/attestation/receipts/{}/inclusion?fromSeq=2&toSeq=6", ids[0]),
+            &format!("/v1/compliance/attestation/receipts/{}/inclusion?fromSeq={}&toSeq={last}", ids[0], first + 1),
             Some(&g.key),
             None,
         );
@@ -178,30 +238,47 @@ fn inclusion_proofs_verify_against_the_attested_root() {
 #[test]
 fn another_tenant_sees_none_of_it() {
     let (g, _up) = support::with_standin(&Backend::Sqlite, &[]);
-    let ids = traffic(&g);
+    let (_, ids) = traffic(&g);
     let (_t2, key2) = g.create_tenant_live("globex");
     let r = g.mgmt("GET", &format!("/v1/compliance/attestation/receipts/{}/inclusion", ids[0]), Some(&key2), None);
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["type"], "not_found");
     let a = g.get_json(&key2, "/v1/compliance/attestation");
-    assert_eq!(a["totals"]["receipts"], 0);
+    assert_eq!((a["totals"]["receipts"].as_u64(), a["totals"]["adminEvents"].as_u64()), (Some(0), Some(0)), "{a}");
+    assert_eq!(a["merkle"]["leafCount"], 0);
     let bundle = g.mgmt("GET", "/v1/compliance/evidence-bundle", Some(&key2), None);
     assert_eq!(bundle.status, 200);
-    assert!(!bundle.text().contains(&ids[0]));
-    assert_eq!(bundle.json()["receipts"].as_array().unwrap().len(), 0);
+    for id in &ids {
+        assert!(!bundle.text().contains(id.as_str()));
+    }
+    // Globex's log holds one receipt: the admin receipt of its own attestation read above.
+    let theirs = bundle.json()["receipts"].as_array().unwrap().clone();
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+    assert_eq!(
+        (theirs[0]["kind"].as_str(), theirs[0]["model"].as_str(), theirs[0]["seq"].as_u64()),
+        (Some("admin"), Some("compliance.attestation"), Some(1)),
+        "{theirs:?}"
+    );
 }
 
 #[test]
 fn evidence_bundles_verify_offline_and_tampering_fails() {
     for b in backends() {
         let (g, _up) = support::with_standin(&b, &[]);
-        traffic(&g);
-        let r = g.mgmt("GET", "/v1/compliance/evidence-bundle?fromSeq=2&toSeq=6", Some(&g.key), None);
+        let (first, _) = traffic(&g);
+        let last = first + 5;
+        assert_eq!(g.newest_seq(&g.key), last, "the calls are the newest receipts");
+        let r = g.mgmt(
+            "GET",
+            &format!("/v1/compliance/evidence-bundle?fromSeq={}&toSeq={last}", first + 1),
+            Some(&g.key),
+            None,
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         assert!(r.header("content-disposition").is_some_and(|d| d.starts_with("attachment")));
         let bundle = r.json();
         assert_eq!(bundle["format"], "tollgate-evidence-bundle/v1");
-        assert_eq!(bundle["anchor"]["seq"], 1);
+        assert_eq!(bundle["anchor"]["seq"], first);
         assert_eq!(bundle["receipts"].as_array().unwrap().len(), 5);
         assert_eq!(bundle["merkle"], bundle["attestation"]["merkle"]);
         assert_eq!(bundle["attestation"]["totals"]["chainVerified"], true);
@@ -225,17 +302,24 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
             serde_json::to_vec(&v).unwrap()
         };
         let (ok, out) = g.verify_bundle(&tampered(&|v| v["receipts"][2]["costUsd"] = json!(123.0)), &[]);
-        assert!(!ok && out.contains("first failure: seq 4"), "{out}");
-        // The log member (docs/log.md §6): a signed checkpoint whose tree holds toSeq.
-        assert_eq!(bundle["log"]["inclusion"]["seq"], 6, "{}", bundle["log"]);
-        assert!(bundle["log"]["checkpoint"].as_str().unwrap().contains(&format!("/{}\n6\n", g.tenant_id)));
+        assert!(!ok && out.contains(&format!("first failure: seq {}", first + 3)), "{out}");
+        // The log member (docs/log.md §6): a signed checkpoint whose tree holds toSeq. No stamp
+        // here, so it is the log's current checkpoint when the bundle's end is written: its
+        // tree already holds the bundle's own admin receipt, recorded as the stream began.
+        assert_eq!(bundle["log"]["inclusion"]["seq"], last, "{}", bundle["log"]);
+        let size = last + 1;
+        assert_eq!(g.newest_seq(&g.key), size, "the bundle's admin receipt");
+        assert_eq!(bundle["log"]["inclusion"]["size"], size, "{}", bundle["log"]);
+        let (at_size, one_more) = (format!("\n{size}\n"), format!("\n{}\n", size + 1));
+        let checkpoint = bundle["log"]["checkpoint"].as_str().unwrap();
+        assert!(checkpoint.contains(&format!("/{}{at_size}", g.tenant_id)), "{checkpoint}");
         let (ok, out) = g.verify_bundle(&r.body, &[]);
-        assert!(ok && out.contains("log: receipt seq 6 is in the checkpoint's tree"), "{out}");
+        assert!(ok && out.contains(&format!("log: receipt seq {last} is in the checkpoint's tree")), "{out}");
         let forged_proof = tampered(&|v| v["log"]["inclusion"]["proof"][0] = json!("00".repeat(32)));
         let (ok, out) = g.verify_bundle(&forged_proof, &[]);
-        assert!(!ok && out.contains("first failure: log: receipt seq 6"), "{out}");
+        assert!(!ok && out.contains(&format!("first failure: log: receipt seq {last}")), "{out}");
         let forged_size = tampered(&|v| {
-            let c = v["log"]["checkpoint"].as_str().unwrap().replacen("\n6\n", "\n7\n", 1);
+            let c = v["log"]["checkpoint"].as_str().unwrap().replacen(&at_size, &one_more, 1);
             v["log"]["checkpoint"] = json!(c);
         });
         let (ok, out) = g.verify_bundle(&forged_size, &[]);
@@ -246,13 +330,13 @@ fn evidence_bundles_verify_offline_and_tampering_fails() {
             }),
             &[],
         );
-        assert!(!ok && out.contains("first failure: seq 4"), "removed seq 3: {out}");
+        assert!(!ok && out.contains(&format!("first failure: seq {}", first + 3)), "removed seq {}: {out}", first + 2);
         let (ok, out) = g.verify_bundle(&tampered(&|v| v["merkle"]["root"] = json!("00".repeat(32))), &[]);
         assert!(!ok && out.contains("FAIL  merkle"), "{out}");
-        let (ok, out) = g.verify_bundle(&tampered(&|v| v["attestation"]["period"]["toSeq"] = json!(7)), &[]);
+        let (ok, out) = g.verify_bundle(&tampered(&|v| v["attestation"]["period"]["toSeq"] = json!(last + 1)), &[]);
         assert!(!ok, "{out}");
         let (ok, out) = g.verify_bundle(&tampered(&|v| v["anchor"]["thisHash"] = json!("ab".repeat(32))), &[]);
-        assert!(!ok && out.contains("seq 2"), "{out}");
+        assert!(!ok && out.contains(&format!("seq {}", first + 1)), "{out}");
         let (ok, out) = g.verify_bundle(b"{\"format\": ", &[]);
         assert!(!ok && out.contains("not a well-formed"), "{out}");
     }
@@ -270,7 +354,12 @@ fn the_verified_span_memo_is_used_and_tampering_is_still_found() {
     for b in backends() {
         let (g, _up) =
             support::with_standin(&b, &[("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "0")]);
-        for _ in 0..14 {
+        // Seq 1..=14: the stand-in's provider writes (admin receipts, leaves like any other),
+        // then calls. Every attestation and bundle below appends its own admin receipt after
+        // seq 14, outside the periods read.
+        let setup = g.newest_seq(&g.key);
+        assert!(setup < 3, "the receipts tampered with below (3, 6, 7, 10) are calls: {setup}");
+        for _ in setup..14 {
             g.say(&g.key, "gpt-4o-mini", "hi").receipt_id();
         }
         assert_eq!(g.wait_receipts(&g.key, 14), 14);
@@ -358,7 +447,8 @@ fn the_chain_auditor_warms_the_memo() {
     for b in backends() {
         let env = [("TOLLGATE_VERIFIED_SPAN_BLOCK", "4"), ("TOLLGATE_CHAIN_AUDIT_SECONDS", "1")];
         let (g, _up) = support::with_standin(&b, &env);
-        for _ in 0..9 {
+        // Seq 1..=9: the stand-in's provider writes (admin receipts), then calls.
+        for _ in g.newest_seq(&g.key)..9 {
             g.say(&g.key, "gpt-4o-mini", "hi").receipt_id();
         }
         assert_eq!(g.wait_receipts(&g.key, 9), 9);

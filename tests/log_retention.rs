@@ -19,7 +19,8 @@ fn traffic(g: &Gateway, n: usize) {
     }
 }
 
-/// `(seq, receiptId)` of every receipt the list shows, ascending, and its `prunedBefore`.
+/// `(seq, receiptId)` of every receipt the list shows (calls and the `admin` receipts of
+/// management writes and evidence reads, docs/log.md §8), ascending, and its `prunedBefore`.
 fn listed(g: &Gateway) -> (Vec<(u64, String)>, Value) {
     let page = g.get_json(&g.key, "/v1/receipts?limit=200");
     let mut out: Vec<(u64, String)> = page["receipts"]
@@ -126,8 +127,14 @@ fn holds(g: &Gateway, from: u64, to: u64) -> String {
 }
 
 /// What a client sees of the pruned log: 410s, lists and exports that skip and say so.
-fn pruned_view(g: &Gateway, ids: &[(u64, String)], hashes_before: &[String], held: std::ops::RangeInclusive<u64>) {
-    let pruned_max = *ids.iter().map(|(s, _)| s).filter(|s| !held.contains(s)).max().unwrap();
+/// `pruned_max`: the highest pruned seq.
+fn pruned_view(
+    g: &Gateway,
+    ids: &[(u64, String)],
+    hashes_before: &[String],
+    held: std::ops::RangeInclusive<u64>,
+    pruned_max: u64,
+) {
     for (seq, id) in ids {
         let r = g.mgmt("GET", &format!("/v1/receipts/{id}"), Some(&g.key), None);
         if held.contains(seq) {
@@ -157,6 +164,10 @@ fn pruned_view(g: &Gateway, ids: &[(u64, String)], hashes_before: &[String], hel
     let seqs: Vec<u64> =
         export.text().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, shown.iter().map(|(s, _)| *s).collect::<Vec<_>>(), "the export skips what the list skips");
+    // The export is an evidence read: its admin receipt is listed now, after the pruned range.
+    let (shown, _) = listed(g);
+    assert_eq!(shown.last().map(|(s, _)| *s), Some(g.newest_seq(&g.key)));
+    assert!(shown.iter().all(|(s, _)| held.contains(s) || *s > pruned_max), "{shown:?}");
     let csv = g.mgmt("GET", "/v1/receipts/export?format=csv", Some(&g.key), None);
     assert_eq!(csv.text().lines().count(), shown.len() + 1, "a header and the kept receipts");
 }
@@ -165,9 +176,12 @@ fn pruned_view(g: &Gateway, ids: &[(u64, String)], hashes_before: &[String], hel
 /// verifies from the first kept receipt (and over the pruned range), and the attestation and
 /// the bundle still prove the whole range.
 fn proofs_after(g: &Gateway, before: (u64, Hash), pruned: u64) {
+    // Since `before`: the admin receipts of the exports above (evidence reads), then 3 calls.
+    let grown = g.newest_seq(&g.key);
+    assert!(grown > before.0);
     traffic(g, 3);
     let (size, root) = checkpoint(g);
-    assert_eq!(size, before.0 + 3);
+    assert_eq!(size, grown + 3);
     let p = g.get_json(&g.key, &format!("/v1/log/consistency?from={}&to={size}", before.0));
     assert_eq!(p["fromRoot"], hex::encode(before.1 .0), "the tree at the old size is unchanged");
     tlog::check_tree(&hashes(&p["proof"]), size, root, before.0, before.1).expect("consistent across the sweep");
@@ -184,7 +198,12 @@ fn proofs_after(g: &Gateway, before: (u64, Hash), pruned: u64) {
     let (shown, _) = listed(g);
     let (first_kept, id) = shown.iter().find(|(s, _)| *s == before.0 + 1).unwrap().clone();
     let r = g.get_json(&g.key, &format!("/v1/receipts/{id}/verify-chain?from={first_kept}&to={size}"));
-    assert_eq!(r, json!({"ok": true, "count": 3, "brokenAtSeq": null, "gapAtSeq": null}), "anchored on a pruned leaf");
+    let count = size - before.0;
+    assert_eq!(
+        r,
+        json!({"ok": true, "count": count, "brokenAtSeq": null, "gapAtSeq": null}),
+        "anchored on a pruned leaf"
+    );
     let r = g.get_json(&g.key, &format!("/v1/receipts/{id}/verify-chain?from=1&to={size}"));
     assert_eq!((r["ok"].clone(), r["pruned"].clone()), (json!(true), json!(pruned)), "{r}");
     assert_eq!(r["count"], size - pruned);
@@ -193,7 +212,9 @@ fn proofs_after(g: &Gateway, before: (u64, Hash), pruned: u64) {
     assert_eq!(a["merkle"]["root"], hex::encode(root.0), "the attestation's root is the log's");
     let t = &a["totals"];
     assert_eq!((t["chainVerified"].clone(), t["signaturesVerified"].clone()), (json!(true), json!(true)), "{t}");
-    assert_eq!((t["prunedReceipts"].as_u64(), t["receipts"].as_u64()), (Some(pruned), Some(size - pruned)));
+    assert_eq!(t["prunedReceipts"].as_u64(), Some(pruned), "{t}");
+    // Kept: the held two calls and the three new ones; the rest kept are admin receipts.
+    assert_eq!((t["receipts"].as_u64(), t["adminEvents"].as_u64()), (Some(5), Some(size - pruned - 5)), "{t}");
 
     let bundle = g.mgmt("GET", &format!("/v1/compliance/evidence-bundle?fromSeq=1&toSeq={size}"), Some(&g.key), None);
     assert_eq!(bundle.status, 200);
@@ -213,43 +234,69 @@ fn proofs_after(g: &Gateway, before: (u64, Hash), pruned: u64) {
     assert!(!g.cli(&["verify", path.to_str().unwrap()]).status.success(), "a forged pruned leaf fails");
 }
 
+/// Every receipt of the log is listed, seq 1 up to the newest (nothing pruned yet).
+fn all_listed(g: &Gateway) -> Vec<(u64, String)> {
+    let (ids, pruned_before) = listed(g);
+    let size = g.newest_seq(&g.key);
+    assert!(ids.iter().map(|(s, _)| *s).eq(1..=size), "{ids:?}");
+    assert_eq!(pruned_before, json!(null));
+    ids
+}
+
+/// The log holds the admin receipts of every management write (docs/log.md §8) beside the 12
+/// calls: the stand-in's providers, the retention and key writes above, the holds. A sweep
+/// prunes those too, so the counts below are of the whole log, held calls apart.
 fn retention_end_to_end(g: &Gateway) {
     retention_routes(g);
+    let setup = g.newest_seq(&g.key);
     traffic(g, 12);
-    let hold = holds(g, 3, 4);
-    let (ids, _) = listed(g);
-    assert_eq!(ids.len(), 12);
+    assert_eq!(g.call_count(&g.key), 12);
+    // The 3rd and 4th calls.
+    let held = setup + 3..=setup + 4;
+    let hold = holds(g, *held.start(), *held.end());
+
+    // Younger than the retention: nothing goes, and the tree is the same.
+    let r = g.mgmt("PUT", "/v1/log/retention", Some(&g.key), Some(&json!({"days": 365})));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids = all_listed(g);
+    let before = checkpoint(g);
+    let out = sweep(g, 200);
+    assert!(out.contains("pruned 0 receipts"), "{out}");
+    assert_eq!(all_listed(g), ids);
+    assert_eq!(checkpoint(g), before);
+
+    // 200 days on, a 183-day retention: all but the held two go, the admin receipt of this
+    // very write included.
+    let r = g.mgmt("PUT", "/v1/log/retention", Some(&g.key), Some(&json!({"days": 183})));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids = all_listed(g);
     let hashes_before: Vec<String> =
         ids.iter().map(|(_, id)| g.receipt(id)["thisHash"].as_str().unwrap().to_string()).collect();
     let before = checkpoint(g);
-    assert_eq!(before.0, 12);
+    assert_eq!(before.0, ids.len() as u64);
+    let pruned = before.0 - 2;
+    let out = sweep(g, 200);
+    assert!(out.contains(&format!("tenant {}: retention 183 days, pruned {pruned} receipts", g.tenant_id)), "{out}");
 
-    // Younger than the retention: nothing goes.
-    g.mgmt("PUT", "/v1/log/retention", Some(&g.key), Some(&json!({"days": 365})));
+    // Idempotent: the same state after a second sweep. (Nothing recorded in between: an export
+    // here would append an admin receipt, which the sweep, 200 days on, would then prune.)
+    let after_first = g.get_json(&g.key, "/v1/receipts?limit=200");
+    let retention = g.get_json(&g.key, "/v1/log/retention");
+    assert_eq!(retention["prunedBefore"], before.0 + 1);
     let out = sweep(g, 200);
     assert!(out.contains("pruned 0 receipts"), "{out}");
-    assert_eq!(listed(g).0.len(), 12);
-
-    // 200 days on, a 183-day retention: all but the held two go.
-    g.mgmt("PUT", "/v1/log/retention", Some(&g.key), Some(&json!({"days": 183})));
-    let out = sweep(g, 200);
-    assert!(out.contains(&format!("tenant {}: retention 183 days, pruned 10 receipts", g.tenant_id)), "{out}");
-    pruned_view(g, &ids, &hashes_before, 3..=4);
-    assert_eq!(g.get_json(&g.key, "/v1/log/retention")["prunedBefore"], 13);
-
-    // Idempotent: the same state after a second sweep.
-    let export = g.mgmt("GET", "/v1/receipts/export", Some(&g.key), None).text();
-    let out = sweep(g, 200);
-    assert!(out.contains("pruned 0 receipts"), "{out}");
-    assert_eq!(g.mgmt("GET", "/v1/receipts/export", Some(&g.key), None).text(), export);
-    pruned_view(g, &ids, &hashes_before, 3..=4);
+    assert_eq!(g.get_json(&g.key, "/v1/receipts?limit=200"), after_first);
+    assert_eq!(g.get_json(&g.key, "/v1/log/retention"), retention);
     assert_eq!(checkpoint(g), before, "the same tree after the sweeps");
+    pruned_view(g, &ids, &hashes_before, held, before.0);
 
-    proofs_after(g, before, 10);
+    proofs_after(g, before, pruned);
 
-    // Released, the hold's receipts go at the next sweep.
+    // Released, the hold's receipts go at the next sweep, with everything kept since: the three
+    // newer calls and the admin receipts of the reads and the release.
     assert_eq!(g.mgmt("DELETE", &format!("/v1/log/holds/{hold}"), Some(&g.key), None).status, 204);
-    assert!(sweep(g, 200).contains("pruned 5 receipts"), "the held two and the three newer ones");
+    let kept = g.newest_seq(&g.key) - pruned;
+    assert!(sweep(g, 200).contains(&format!("pruned {kept} receipts")), "the held two and everything newer");
     assert_eq!(listed(g).0, vec![]);
 }
 

@@ -72,7 +72,9 @@ fn checkpoints_are_cosigned_by_witnesses_and_a_witness_down_blocks_nothing() {
     wait_until("the second cosignature", || checkpoint(&g).contains(&format!("— {} ", w.name)));
     let posts = w.received();
     let last = posts.last().unwrap().text();
-    assert!(last.starts_with("old 3\n") && last.contains(&format!("\n{size}\n")), "{last}");
+    // The size cosigned above (the provider writes' admin receipts, log.md §8, then 3 calls).
+    let cosigned = size3.lines().nth(1).unwrap();
+    assert!(last.starts_with(&format!("old {cosigned}\n")) && last.contains(&format!("\n{size}\n")), "{last}");
 
     // Down: requests and checkpoints go on; failures counted; /status degraded; then back.
     w.set_down(true);
