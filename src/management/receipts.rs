@@ -47,6 +47,7 @@ fn filter(req: &Req) -> Result<Filter, ApiError> {
         model: text("model"),
         check: text("check"),
         upstream_status,
+        calls_only: false,
     })
 }
 

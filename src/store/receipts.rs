@@ -772,8 +772,11 @@ pub struct Filter {
     pub model: Option<String>,
     pub check: Option<String>,
     pub upstream_status: Option<String>,
-    /// `model_call` or `tool_call`.
+    /// `model_call`, `tool_call` or `admin`.
     pub kind: Option<String>,
+    /// Receipts of model and tool calls only, no `admin` ones (compliance evidence: coverage
+    /// ignores the admin trail, docs/log.md §8). Read by [`page`] only.
+    pub calls_only: bool,
 }
 
 /// Pruned receipts (`store::retention`) match no filter: lists and exports skip them.
@@ -824,7 +827,11 @@ pub async fn page(
             };
             // A literal `kind = 'admin'` lets the planner read the partial index of admin
             // receipts (migration 0014) instead of every receipt of the tenant.
-            let admin = if f.kind.as_deref() == Some("admin") { "kind = 'admin' AND " } else { "" };
+            let admin = match (f.kind.as_deref(), f.calls_only) {
+                (Some("admin"), _) => "kind = 'admin' AND ",
+                (_, true) => "kind <> 'admin' AND ",
+                _ => "",
+            };
             let sql = format!(
                 "SELECT {} FROM receipts WHERE {admin}{FILTER_SQL} {bound} ORDER BY seq {order} LIMIT $10",
                 *COLUMNS

@@ -174,7 +174,8 @@ async fn proving_receipts(
     Ok(if control.coverage == Coverage::External {
         Vec::new()
     } else if every {
-        let all = store::receipts::Filter::default();
+        // Every receipt of a call; the admin trail is not evidence of a control (log.md §8).
+        let all = store::receipts::Filter { calls_only: true, ..Default::default() };
         stored::page(&app.store, tenant, &all, cursor, None, limit as i64 + 1).await?
     } else {
         stored::page_with_any_check(&app.store, tenant, &control.proven_by, cursor, limit as i64 + 1).await?
