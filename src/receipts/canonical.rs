@@ -14,8 +14,13 @@ pub use super::vocabulary::Check;
 use super::vocabulary::{Term, UpstreamStatus};
 
 /// Exactly the signed members; nothing else may be added without a format version change.
+///
+/// Not `deny_unknown_fields`: API answers flatten it beside unsigned members (`thisHash`,
+/// `signature`, `kind`…), and the `additionalProperties: false` that serde attribute puts in
+/// its OpenAPI schema made every such answer invalid against its own document (schemathesis).
+/// What is signed is what this type serializes, whatever a parsed input carried besides.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Receipt {
     pub v: u32,
     pub tenant_id: String,
