@@ -94,3 +94,29 @@ fn the_command_line_makes_auditor_keys() {
     let bad = g.cli(&["key", "create", "--tenant", &g.tenant_id, "--role", "root"]);
     assert!(!bad.status.success());
 }
+
+/// Every write route of the router's own table (not a hand list) refuses an auditor key with
+/// 403, and each refusal is in the admin trail as `deny` under the route's action, by the
+/// auditor, having changed nothing.
+#[test]
+fn an_auditor_is_refused_on_every_write_route_and_each_refusal_is_recorded() {
+    use tollgate::management::routes::{action, ROUTES};
+    let g = support::Gateway::start(&Backend::Sqlite, &[]);
+    let (auditor_id, auditor) = g.new_key(&g.key, &json!({"label": "audit", "role": "auditor"}));
+    let writes: Vec<_> = ROUTES.iter().filter(|r| r.method != "GET").collect();
+    assert!(writes.len() > 30, "{}", writes.len());
+    for r in writes {
+        let path = r.path.replace('{', "no-such-").replace('}', "");
+        let before = g.newest_seq(&g.key);
+        let got = g.mgmt(r.method, &path, Some(&auditor), Some(&json!({})));
+        assert_eq!(got.status, 403, "{} {path}: {}", r.method, got.text());
+        assert_eq!(got.json()["error"]["type"], "forbidden", "{} {path}", r.method);
+        let trail = g.get_json(&g.key, "/v1/audit-events?limit=1")["data"][0].clone();
+        assert_eq!(trail["seq"].as_u64(), Some(before + 1), "{} {path}: one receipt, the refusal", r.method);
+        assert_eq!(trail["model"].as_str(), action(r), "{} {path}", r.method);
+        assert_eq!(
+            (trail["actor"].as_str(), &trail["checks"][0]["result"]),
+            (Some(auditor_id.as_str()), &json!("deny"))
+        );
+    }
+}
