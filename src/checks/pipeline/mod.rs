@@ -198,20 +198,22 @@ impl Pipeline {
         let name = self.checks[i].name();
         match verdict {
             Verdict::Skip | Verdict::Ask(_) => None,
+            // A name two plugins share (`RATELIMIT`: the end user's limits, then the key's) is
+            // recorded once, with the strongest result.
             Verdict::Pass(result) => {
-                record(&mut cx.checks, name, result);
+                raise(&mut cx.checks, name, result);
                 None
             }
             Verdict::Redact => {
-                record(&mut cx.checks, name, CheckResult::Redact);
+                raise(&mut cx.checks, name, CheckResult::Redact);
                 None
             }
             Verdict::Block(result, e) => {
-                record(&mut cx.checks, name, result);
+                raise(&mut cx.checks, name, result);
                 Some(Step::Block(e))
             }
             Verdict::Serve(hit) => {
-                record(&mut cx.checks, name, CheckResult::Hit);
+                raise(&mut cx.checks, name, CheckResult::Hit);
                 Some(Step::Serve(hit))
             }
         }
@@ -258,7 +260,7 @@ fn record(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
     list.push(Recorded::new(name, result));
 }
 
-/// Keeps one entry per check name on the answer side, holding its strongest result.
+/// Keeps one entry per check name, holding its strongest result.
 fn raise(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
     match list.iter_mut().find(|c| c.name == name) {
         Some(c) if result.severity() > c.result.severity() => c.result = result.into(),
