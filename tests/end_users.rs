@@ -236,3 +236,178 @@ fn the_mcp_route_enforces_the_end_user_limit() {
     assert!(rpc("bob", 3).json()["result"].is_object(), "another end user of the key passes");
     assert_eq!(rpc(&"x".repeat(300), 4).status, 400);
 }
+
+/// A chat of gpt-4o for `end_user` that answers 10 000 tokens: $0.10, reserving about as much.
+fn dime(gw: std::net::SocketAddr, key: &str, end_user: &str) -> Resp {
+    let auth = format!("Bearer {key}");
+    let body =
+        json!({"model": "gpt-4o", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
+    let h = [("Content-Type", "application/json"), ("Authorization", auth.as_str()), ("X-Tollgate-Actor", end_user)];
+    http::request(gw, "POST", "/v1/chat/completions", &h, &serde_json::to_vec(&body).unwrap())
+}
+
+/// 48 concurrent dimes of `end_user` over `gateways` against a budget of $1 each end user:
+/// the costs answered.
+fn spend_a_dollar(gateways: &[std::net::SocketAddr], key: &str, end_user: &str) -> Vec<f64> {
+    let gateways = Arc::new(gateways.to_vec());
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let (gateways, key, user) = (gateways.clone(), key.to_string(), end_user.to_string());
+            std::thread::spawn(move || {
+                let mut costs = Vec::new();
+                for i in 0..8 {
+                    let r = dime(gateways[(t + i) % gateways.len()], &key, &user);
+                    match r.status {
+                        200 => costs.push(0.0),
+                        402 => {
+                            let m = r.json()["error"]["message"].as_str().unwrap().to_string();
+                            assert!(m.contains(&format!("end user \"{user}\"")), "{m}");
+                        }
+                        s => panic!("unexpected {s}: {}", r.text()),
+                    }
+                }
+                costs
+            })
+        })
+        .collect();
+    threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+}
+
+/// The receipts' total cost for `end_user` of key `key_id`, with the largest one.
+fn spent_by(g: &Gateway, key: &str, key_id: &str, end_user: &str) -> (usize, f64, f64) {
+    let actor = format!("{key_id}/{end_user}");
+    let costs: Vec<f64> = g
+        .call_receipts(key)
+        .iter()
+        .filter(|r| r["actor"] == actor.as_str() && r["upstreamStatus"] != "BLOCKED")
+        .filter_map(|r| r["costUsd"].as_f64())
+        .filter(|c| *c > 0.0)
+        .collect();
+    (costs.len(), costs.iter().sum(), costs.iter().cloned().fold(0.0, f64::max))
+}
+
+fn end_user_budget(g: &Gateway, body: Value) -> Value {
+    let r = g.mgmt("POST", "/v1/budgets", Some(&g.key), Some(&body));
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn an_end_user_budget_is_overspent_by_at_most_one_reservation() {
+    for b in support::backends() {
+        let (g, _up) = with_standin(&b, &[]);
+        let (id, key) = g.create_key("eu-budget");
+        let v = end_user_budget(&g, json!({"scope": "end_user", "keyId": id, "amountUsd": 1.0, "period": "total"}));
+        assert_eq!((v["scope"].as_str(), v["keyId"].as_str()), (Some("end_user"), Some(id.as_str())), "{v}");
+        assert!(v["endUser"].is_null(), "{v}");
+        let answered = spend_a_dollar(&[g.gw], &key, "alice").len();
+        let (n, total, one) = spent_by(&g, &key, &id, "alice");
+        assert_eq!(n, answered);
+        assert!((9..20).contains(&n), "about ten dimes in a dollar: {n}");
+        assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4}");
+        // Another end user of the key has a dollar of its own; a request without one has no cap.
+        assert_eq!(dime(g.gw, &key, "bob").status, 200);
+        assert_eq!(g.say(&key, "gpt-4o", "hi").status, 200);
+        // The budget shows the most one end user spent.
+        let listed = g.get_json(&g.key, "/v1/budgets");
+        let shown = listed["data"].as_array().unwrap().iter().find(|x| x["scope"] == "end_user").unwrap().clone();
+        assert!((shown["spentUsd"].as_f64().unwrap() - total).abs() < 1e-6, "{shown} vs {total}");
+
+        // An exact end user of a team: only that end user is capped (here at 0: refused at once).
+        let team = g.mgmt("POST", "/v1/team/teams", Some(&g.key), Some(&json!({"name": "t"}))).json();
+        let team_id = team["id"].as_str().unwrap().to_string();
+        let (_, in_team) = g.new_key(&g.key, &json!({"label": "in-team", "teamId": team_id}));
+        end_user_budget(
+            &g,
+            json!({"scope": "end_user", "teamId": team_id, "endUser": "carol", "amountUsd": 0.0, "period": "monthly"}),
+        );
+        let r = dime(g.gw, &in_team, "carol");
+        assert_eq!(r.status, 402, "{}", r.text());
+        assert!(r.text().contains("end user \\\"carol\\\""), "{}", r.text());
+        assert_eq!(dime(g.gw, &in_team, "dave").status, 200);
+        // Bad bodies.
+        for bad in [
+            json!({"scope": "end_user", "keyId": id, "teamId": team_id, "amountUsd": 1, "period": "total"}),
+            json!({"scope": "end_user", "keyId": "nope", "amountUsd": 1, "period": "total"}),
+            json!({"scope": "end_user", "scopeId": id, "amountUsd": 1, "period": "total"}),
+            json!({"scope": "end_user", "endUser": "x".repeat(257), "amountUsd": 1, "period": "total"}),
+            json!({"scope": "key", "scopeId": id, "endUser": "a", "amountUsd": 1, "period": "total"}),
+        ] {
+            let r = g.mgmt("POST", "/v1/budgets", Some(&g.key), Some(&bad));
+            assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        }
+    }
+}
+
+#[test]
+fn an_end_user_budget_is_exact_across_three_instances_with_redis() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let Some((cluster, _up, (id, key))) = three(&env, |g| {
+        let (id, key) = g.create_key("eu-budget");
+        // Every end user of the tenant: one dollar each.
+        end_user_budget(g, json!({"scope": "end_user", "amountUsd": 1.0, "period": "monthly"}));
+        (id, key)
+    }) else {
+        return;
+    };
+    known_everywhere(&cluster.nodes, &key);
+    let answered = spend_a_dollar(&cluster.gateways(), &key, "alice").len();
+    let (n, total, one) = spent_by(&cluster.nodes[0], &key, &id, "alice");
+    assert_eq!(n, answered);
+    assert!((9..20).contains(&n), "one dollar over three instances, not three: {n}");
+    assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4}");
+    assert_eq!(dime(cluster.nodes[1].gw, &key, "bob").status, 200);
+}
+
+#[test]
+fn end_users_are_listed_per_tenant_with_paging() {
+    let (g, _up) = with_standin(&Backend::Sqlite, &[]);
+    let (a_id, a) = g.create_key("a");
+    let (b_id, b) = g.create_key("b");
+    for (key, user) in [(&a, "u1"), (&a, "u2"), (&a, "u2"), (&a, "u3"), (&b, "u1"), (&b, "u4")] {
+        assert_eq!(chat_as(g.gw, key, user, true).status, 200);
+    }
+    assert_eq!(g.chat(&a, &hello()).status, 200, "no end user: not listed");
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/end-users?limit=2&cursor={c}"),
+            None => "/v1/end-users?limit=2".to_string(),
+        };
+        let page = g.get_json(&g.key, &path);
+        let data = page["data"].as_array().unwrap();
+        assert!(data.len() <= 2);
+        for u in data {
+            seen.push((u["keyId"].as_str().unwrap().to_string(), u["endUser"].as_str().unwrap().to_string()));
+            assert!(u["lastSeenAt"].as_str().is_some_and(|t| !t.is_empty()), "{u}");
+            assert!(u["spentUsd"].as_f64().unwrap() > 0.0, "{u}");
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let mut want: Vec<(String, String)> = [(&a_id, "u1"), (&a_id, "u2"), (&a_id, "u3"), (&b_id, "u1"), (&b_id, "u4")]
+        .iter()
+        .map(|(k, u)| (k.to_string(), u.to_string()))
+        .collect();
+    want.sort();
+    assert_eq!(seen, want, "every end user once, by key then end user");
+    let only_a = g.get_json(&g.key, &format!("/v1/end-users?keyId={a_id}"));
+    let rows = only_a["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let u2 = rows.iter().find(|u| u["endUser"] == "u2").unwrap();
+    assert_eq!(u2["requests"], 2, "{u2}");
+    // A developer key sees its own end users only.
+    let own = g.get_json(&b, "/v1/end-users");
+    assert!(own["data"].as_array().unwrap().iter().all(|u| u["keyId"] == b_id.as_str()), "{own}");
+    assert_eq!(g.mgmt("GET", &format!("/v1/end-users?keyId={a_id}"), Some(&b), None).status, 404);
+    // Another tenant sees none of them, and the key id of this one is a 404 there.
+    let (_, other) = g.create_tenant_live("other");
+    assert_eq!(g.get_json(&other, "/v1/end-users")["data"], json!([]));
+    assert_eq!(g.mgmt("GET", &format!("/v1/end-users?keyId={a_id}"), Some(&other), None).status, 404);
+    assert_eq!(g.mgmt("GET", "/v1/end-users?cursor=%%%", Some(&g.key), None).status, 400);
+}

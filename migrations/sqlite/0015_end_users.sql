@@ -15,3 +15,7 @@ CREATE TABLE end_user_spend (
     last_seen_at TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (tenant_id, key_id, end_user, period)
 );
+
+-- Budgets with `scope = 'end_user'`: `scope_id` is whose end users (`key:<id>`, `team:<id>`,
+-- `tenant:<id>`), `end_user` the one end user capped (NULL: each end user in scope).
+ALTER TABLE budgets ADD COLUMN end_user TEXT;
