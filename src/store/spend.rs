@@ -76,10 +76,15 @@ where
 /// What a batch of receipts adds per `(tenant, key_id, end_user, period)`: cost, requests,
 /// and the newest receipt's `ts`.
 #[derive(Debug, Default)]
-pub struct EndUserDeltas<'a>(BTreeMap<(&'a str, &'a str, &'a str, &'a str), (f64, i64, &'a str)>);
+pub struct EndUserDeltas<'a>(BTreeMap<EndUserAt<'a>, EndUserSum<'a>>);
+
+/// `(tenant, key_id, end_user, period)`.
+pub type EndUserAt<'a> = (&'a str, &'a str, &'a str, &'a str);
+/// Cost, requests, newest `ts`.
+pub type EndUserSum<'a> = (f64, i64, &'a str);
 
 impl<'a> EndUserDeltas<'a> {
-    pub fn add(&mut self, at: (&'a str, &'a str, &'a str, &'a str), cost: f64, ts: &'a str) {
+    pub fn add(&mut self, at: EndUserAt<'a>, cost: f64, ts: &'a str) {
         let e = self.0.entry(at).or_insert((0.0, 0, ts));
         if cost.is_finite() {
             e.0 += cost;
@@ -91,7 +96,7 @@ impl<'a> EndUserDeltas<'a> {
     }
 
     /// The summed rows, in key order (the order writers lock them in).
-    pub fn rows(&self) -> impl Iterator<Item = (&(&'a str, &'a str, &'a str, &'a str), &(f64, i64, &'a str))> {
+    pub fn rows(&self) -> impl Iterator<Item = (&EndUserAt<'a>, &EndUserSum<'a>)> {
         self.0.iter()
     }
 }
