@@ -363,7 +363,13 @@ fn an_end_user_budget_is_exact_across_three_instances_with_redis() {
 
 #[test]
 fn end_users_are_listed_per_tenant_with_paging() {
-    let (g, _up) = with_standin(&Backend::Sqlite, &[]);
+    for b in support::backends() {
+        listed_with_paging(&b);
+    }
+}
+
+fn listed_with_paging(b: &Backend) {
+    let (g, _up) = with_standin(b, &[]);
     let (a_id, a) = g.create_key("a");
     let (b_id, b) = g.create_key("b");
     for (key, user) in [(&a, "u1"), (&a, "u2"), (&a, "u2"), (&a, "u3"), (&b, "u1"), (&b, "u4")] {

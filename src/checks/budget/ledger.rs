@@ -547,4 +547,27 @@ mod tests {
         assert!(held.iter().all(Result::is_ok));
         assert!(ledger.reserve("t1", "k1", None, &dollar, 0.1, now).is_err());
     }
+
+    /// An end user's monthly budget starts over with the month; its total one never does; the
+    /// spend of one end user is not another's, and counts under its key, team and tenant.
+    #[test]
+    fn end_user_spend_resets_with_its_period() {
+        let ledger = Ledger::new();
+        let who = |u| ("t1", "k1", Some("team1"), Some(u));
+        let monthly = [limit("end_user", "key:k1/alice", 1.0, Period::Monthly)];
+        let total = [limit("end_user", "tenant:t1/alice", 1.0, Period::Total)];
+        let dec = at(2025, 12, 31);
+        let r = ledger.reserve("t1", "k1", Some("team1"), &monthly, 0.6, dec).unwrap();
+        ledger.settle_as(Some(r), who("alice"), 0.6, dec);
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &monthly, 0.6, dec).is_err(), "0.6 + 0.6 > 1");
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &total, 0.6, dec).is_err(), "the tenant-wide entry too");
+        let bob = [limit("end_user", "key:k1/bob", 1.0, Period::Monthly)];
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &bob, 0.6, dec).is_ok(), "bob has his own");
+        let jan = at(2026, 1, 1);
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &monthly, 0.6, jan).is_ok(), "a new month");
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &total, 0.6, jan).is_err(), "total never resets");
+        assert_eq!(ledger.spent("end_user", "team:team1/alice", Period::Total, jan), 0.6);
+        assert_eq!(ledger.most_spent_by_an_end_user("key:k1", Period::Monthly, dec), 0.6);
+        assert_eq!(ledger.most_spent_by_an_end_user("key:k1", Period::Monthly, jan), 0.0);
+    }
 }

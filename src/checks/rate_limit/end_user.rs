@@ -206,4 +206,15 @@ mod tests {
         assert!(matches!(check.on_request(&mut b, &mut Ctx::default()), Verdict::Pass(CheckResult::Pass)));
         assert_eq!(a.key.state.end_users.len(), 2);
     }
+
+    /// The windows are the request's clock's: two minutes on, the end user has its limit again.
+    #[test]
+    fn an_end_users_window_resets() {
+        let check = EndUserRateLimit::default();
+        let mut a = exchange(Some("alice"), Some(1));
+        assert!(matches!(check.on_request(&mut a, &mut Ctx::default()), Verdict::Pass(_)));
+        assert!(matches!(check.on_request(&mut a, &mut Ctx::default()), Verdict::Block(..)));
+        a.now += chrono::Duration::minutes(2);
+        assert!(matches!(check.on_request(&mut a, &mut Ctx::default()), Verdict::Pass(_)));
+    }
 }
