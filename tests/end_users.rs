@@ -344,21 +344,43 @@ fn an_end_user_budget_is_exact_across_three_instances_with_redis() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
     let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
-    let Some((cluster, _up, (id, key))) = three(&env, |g| {
-        let (id, key) = g.create_key("eu-budget");
-        // Every end user of the tenant: one dollar each.
-        end_user_budget(g, json!({"scope": "end_user", "amountUsd": 1.0, "period": "monthly"}));
-        (id, key)
+    let Some((cluster, _up, ((id, key), (late_id, late)))) = three(&env, |g| {
+        let made = (g.create_key("eu-budget"), g.create_key("eu-late"));
+        // Every end user of the tenant's first key: one dollar each.
+        end_user_budget(g, json!({"scope": "end_user", "keyId": made.0 .0, "amountUsd": 1.0, "period": "monthly"}));
+        made
     }) else {
         return;
     };
     known_everywhere(&cluster.nodes, &key);
+    known_everywhere(&cluster.nodes, &late);
     let answered = spend_a_dollar(&cluster.gateways(), &key, "alice").len();
     let (n, total, one) = spent_by(&cluster.nodes[0], &key, &id, "alice");
     assert_eq!(n, answered);
     assert!((9..20).contains(&n), "one dollar over three instances, not three: {n}");
     assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4}");
     assert_eq!(dime(cluster.nodes[1].gw, &key, "bob").status, 200);
+
+    // Spend before the budget: half a dollar, then a dollar's budget leaves about half a dollar.
+    let g = &cluster.nodes[0];
+    for _ in 0..5 {
+        assert_eq!(dime(g.gw, &late, "early").status, 200);
+    }
+    let before = spent_by(g, &late, &late_id, "early").1;
+    end_user_budget(g, json!({"scope": "end_user", "keyId": late_id, "amountUsd": 1.0, "period": "total"}));
+    // The watcher raises the end user's entry in Redis to its spend in the database.
+    let hash = format!("{prefix}b:end_user:key:{late_id}/early:total");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while support::redis::hget(&redis, &hash, "ok") != "1" {
+        assert!(Instant::now() < deadline, "the end user's spend was never loaded into {hash}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seeded = support::redis::hget(&redis, &hash, "spent").parse::<i64>().unwrap() as f64 / 1e9;
+    assert!((seeded - before).abs() < 1e-6, "seeded {seeded}, spent {before}");
+    spend_a_dollar(&cluster.gateways(), &late, "early");
+    let (n, total, one) = spent_by(g, &late, &late_id, "early");
+    assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4} in {n}");
+    assert!(n < 15, "the earlier spend counted: {n} answers");
 }
 
 #[test]
