@@ -36,6 +36,8 @@ pub struct KeyState {
     pub rate: Arc<crate::checks::rate_limit::Windows>,
     /// `count_tokens` calls per minute, apart from `rate` (`limits.count_tokens_rpm`).
     pub count_tokens: Arc<crate::checks::rate_limit::Windows>,
+    /// Each end user's requests and tokens per minute (`endUserRpmLimit` / `endUserTpmLimit`).
+    pub end_users: crate::checks::rate_limit::EndUserWindows,
 }
 
 #[derive(Debug)]

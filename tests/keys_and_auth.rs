@@ -105,9 +105,15 @@ fn developer_keys_are_refused_manager_operations() {
             Some(&g.key),
             Some(&json!({"rpmLimit": 60, "tpmLimit": 1000})),
         );
-        assert_eq!(r.json(), json!({"id": dev_id, "rpmLimit": 60, "tpmLimit": 1000}));
+        // The end-user limits (issue 42 §6) are in the answer too.
+        let none = json!(null);
+        let want =
+            json!({"id": dev_id, "rpmLimit": 60, "tpmLimit": 1000, "endUserRpmLimit": none, "endUserTpmLimit": none});
+        assert_eq!(r.json(), want);
         let r = g.mgmt("PATCH", &format!("/v1/keys/{dev_id}/limits"), Some(&g.key), Some(&json!({"tpmLimit": null})));
-        assert_eq!(r.json(), json!({"id": dev_id, "rpmLimit": 60, "tpmLimit": null}));
+        let want =
+            json!({"id": dev_id, "rpmLimit": 60, "tpmLimit": null, "endUserRpmLimit": none, "endUserTpmLimit": none});
+        assert_eq!(r.json(), want);
     }
 }
 

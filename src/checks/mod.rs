@@ -28,23 +28,26 @@ use crate::receipts::CheckName;
 
 /// The checks, built in [`ORDER`] over the long-lived state they keep (spend, cached answers).
 /// With `shared` (several processes, `cluster`), the counters and the cache live in Redis.
+/// `RATELIMIT` is two plugins: each end user's limits, then the key's (one recorded result).
 pub fn table(ledger: Arc<Ledger>, answers: Arc<AnswerCache>, shared: Option<Arc<Cluster>>) -> Vec<Box<dyn Check>> {
-    ORDER
-        .iter()
-        .map(|name| -> Box<dyn Check> {
-            match name {
-                CheckName::Allowlist => Box::new(allowlist::Allowlist),
-                CheckName::Policy => Box::new(policy::plugin::Policy),
-                CheckName::RateLimit => Box::new(rate_limit::plugin::RateLimit::new(shared.clone())),
-                CheckName::Budget => Box::new(budget::plugin::Budget::new(ledger.clone(), shared.clone())),
-                CheckName::Guardrail => Box::new(guardrail::plugin::Guardrail),
-                CheckName::Cache => Box::new(cache::plugin::Cache::new(answers.clone(), shared.clone())),
-                CheckName::Upstream | CheckName::Authz => {
-                    unreachable!("the upstream call is the gateway's, and authz the management API's: not checks")
-                }
+    let mut out: Vec<Box<dyn Check>> = Vec::with_capacity(ORDER.len() + 1);
+    for name in ORDER {
+        match name {
+            CheckName::Allowlist => out.push(Box::new(allowlist::Allowlist)),
+            CheckName::Policy => out.push(Box::new(policy::plugin::Policy)),
+            CheckName::RateLimit => {
+                out.push(Box::new(rate_limit::end_user::EndUserRateLimit::new(shared.clone())));
+                out.push(Box::new(rate_limit::plugin::RateLimit::new(shared.clone())));
             }
-        })
-        .collect()
+            CheckName::Budget => out.push(Box::new(budget::plugin::Budget::new(ledger.clone(), shared.clone()))),
+            CheckName::Guardrail => out.push(Box::new(guardrail::plugin::Guardrail)),
+            CheckName::Cache => out.push(Box::new(cache::plugin::Cache::new(answers.clone(), shared.clone()))),
+            CheckName::Upstream | CheckName::Authz => {
+                unreachable!("the upstream call is the gateway's, and authz the management API's: not checks")
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -54,7 +57,9 @@ mod tests {
     #[test]
     fn the_table_runs_in_order_under_its_own_names() {
         let table = table(Arc::new(Ledger::new()), Arc::new(AnswerCache::new(1 << 20, 1 << 10)), None);
-        let names: Vec<CheckName> = table.iter().map(|c| c.name()).collect();
+        let mut names: Vec<CheckName> = table.iter().map(|c| c.name()).collect();
+        assert_eq!(names.len(), ORDER.len() + 1, "RATELIMIT is two plugins");
+        names.dedup();
         assert_eq!(names, ORDER);
     }
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::body;
 use super::checked::Checked;
-use super::client::{header_str, presented_key};
+use super::client::{end_user_header, presented_key};
 use super::context::Ctx;
 use super::ending::Ending;
 use super::header;
@@ -167,6 +167,7 @@ impl Checked for ToolCall {
         Exchange {
             snap: ctx.snap.clone(),
             key: self.key.clone(),
+            end_user: ctx.end_user.as_deref().map(Into::into),
             kind: Kind::ToolCall,
             route: "/mcp",
             dialect: Dialect::CHAT,
@@ -287,7 +288,7 @@ impl Gateway {
         // A tool call: from here on the request has a receipt.
         ctx.key = Some(key.clone());
         ctx.tool = Some(server.clone());
-        ctx.end_user = header_str(session, "x-tollgate-actor");
+        ctx.end_user = end_user_header(session)?;
         let tool = match tool_name(&msg) {
             Ok(t) => t,
             Err(e) => return Ok(McpAdmitted::Answered(rpc_refusal(&e, &id, ctx.answer_headers()))),

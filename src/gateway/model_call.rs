@@ -9,7 +9,7 @@ use pingora::proxy::Session;
 use serde_json::Value;
 
 use super::checked::Checked;
-use super::client::{header_str, presented_key};
+use super::client::{end_user, end_user_header, presented_key};
 use super::context::Ctx;
 use super::ending::Ending;
 use super::state::Gateway;
@@ -97,6 +97,7 @@ impl Checked for ModelCall {
         Exchange {
             snap: ctx.snap.clone(),
             key: self.key.clone(),
+            end_user: ctx.end_user.as_deref().map(Into::into),
             kind: Kind::ModelCall,
             route: self.route.upstream_path(),
             dialect: self.route.dialect(),
@@ -151,7 +152,7 @@ impl Gateway {
         ctx.route = Some(route);
         let key = ctx.key.clone().ok_or_else(ApiError::unauthorized)?;
         key.touch();
-        ctx.end_user = header_str(session, "x-tollgate-actor");
+        ctx.end_user = end_user_header(session)?;
 
         let path_model = route.path_model(session.req_header().uri.path());
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
@@ -165,7 +166,9 @@ impl Gateway {
         })?;
         ctx.provider = Some(parsed.provider);
         if ctx.end_user.is_none() {
-            ctx.end_user = parsed.user.clone();
+            // OpenAI's `user`, else Anthropic's `metadata.user_id` (`request::parse`).
+            ctx.end_user =
+                end_user("field `user` (or `metadata.user_id`)", parsed.user.as_deref().unwrap_or_default())?;
         }
         if !parsed.refs.is_empty() {
             Box::pin(self.owners.check(key.tenant_id(), &parsed.refs)).await?;

@@ -82,6 +82,13 @@ struct Fields {
     max_tokens: Option<Value>,
     max_completion_tokens: Option<Value>,
     user: Option<Value>,
+    metadata: Option<Value>,
+}
+
+/// The end user a body names: OpenAI's `user`, else Anthropic's `metadata.user_id` (strings).
+fn body_user(user: Option<&Value>, metadata: Option<&Value>) -> Option<String> {
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).filter(|u| !u.is_empty()).map(str::to_string);
+    s(user).or_else(|| s(metadata.and_then(|m| m.get("user_id"))))
 }
 
 /// The common, valid request read without building its JSON tree. `None` for anything else
@@ -111,10 +118,7 @@ fn parse_fields(route: Route, raw: &[u8]) -> Option<(String, bool, Option<u64>, 
         Route::Embeddings => (f.input.is_some() && !stream).then_some(())?,
         _ => return None,
     }
-    let user = match f.user {
-        Some(Value::String(u)) => Some(u),
-        _ => None,
-    };
+    let user = body_user(f.user.as_ref(), f.metadata.as_ref());
     Some((model, stream, max_tokens.or(max_completion_tokens), user))
 }
 
@@ -196,7 +200,7 @@ fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String
         return Err(ApiError::invalid("field `stream` is not supported on /v1/embeddings"));
     }
     printable("model", Some(&model))?;
-    let user = json.get("user").and_then(Value::as_str).map(str::to_string);
+    let user = body_user(json.get("user"), json.get("metadata"));
     printable("user", user.as_deref())?;
     let provider = pick_provider(route, &model, snap)?;
     let max_tokens = ["max_tokens", "max_completion_tokens"].iter().find_map(|f| json.get(*f).and_then(Value::as_u64));

@@ -10,7 +10,7 @@ use super::fields::usd;
 use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
 use super::openapi_parts::{Authenticated, Manager, Missing, PageQuery};
 use crate::app::App;
-use crate::checks::budget::Period;
+use crate::checks::budget::{end_user_scope_id, Period};
 use crate::error::ApiError;
 use crate::store::{self, budgets::Budget};
 
@@ -21,6 +21,9 @@ pub(super) enum Scope {
     Key,
     Team,
     Tenant,
+    /// Each end user in scope (`keyId`, `teamId`, or the tenant's), or one (`endUser`).
+    #[serde(rename = "end_user")]
+    EndUser,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
@@ -46,6 +49,13 @@ pub(super) struct CreateBudget {
     scope: Scope,
     /// The key or team id; left out (or the tenant's own id) for a tenant budget.
     scope_id: Option<String>,
+    /// `end_user` budgets: the key whose end users it caps.
+    key_id: Option<String>,
+    /// `end_user` budgets: the team whose end users it caps (its keys' end users).
+    team_id: Option<String>,
+    /// `end_user` budgets: the one end user it caps (left out: each end user in scope).
+    #[schema(max_length = 256)]
+    end_user: Option<String>,
     #[schema(minimum = 0)]
     amount_usd: f64,
     period: PeriodField,
@@ -67,6 +77,15 @@ pub(super) struct BudgetView<'a> {
     #[schema(value_type = Scope)]
     scope: &'a str,
     scope_id: &'a str,
+    /// `end_user` budgets: the key whose end users it caps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_id: Option<&'a str>,
+    /// `end_user` budgets: the team whose end users it caps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    team_id: Option<&'a str>,
+    /// `end_user` budgets: the one end user it caps (null: each end user in scope).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_user: Option<Option<&'a str>>,
     amount_usd: f64,
     #[schema(value_type = PeriodField)]
     period: &'a str,
@@ -80,11 +99,22 @@ pub(super) struct BudgetView<'a> {
 
 pub(super) fn record<'a>(app: &App, b: &'a Budget, now: DateTime<Utc>) -> BudgetView<'a> {
     let period = Period::parse(&b.period).unwrap_or(Period::Total);
-    let spent = app.ledger.spent(&b.scope, &b.scope_id, period, now);
+    let end_users = b.scope == "end_user";
+    // An end-user budget shows its end user's spend, or (over every end user in scope) the
+    // most one of them has spent: what is left before the first of them is refused.
+    let spent = match (end_users, &b.end_user) {
+        (false, _) => app.ledger.spent(&b.scope, &b.scope_id, period, now),
+        (true, Some(u)) => app.ledger.spent("end_user", &end_user_scope_id(&b.scope_id, u), period, now),
+        (true, None) => app.ledger.most_spent_by_an_end_user(&b.scope_id, period, now),
+    };
+    let (owner, owner_id) = b.scope_id.split_once(':').unwrap_or(("", ""));
     BudgetView {
         id: &b.id,
         scope: &b.scope,
-        scope_id: &b.scope_id,
+        scope_id: if end_users { owner_id } else { &b.scope_id },
+        key_id: (end_users && owner == "key").then_some(owner_id),
+        team_id: (end_users && owner == "team").then_some(owner_id),
+        end_user: end_users.then_some(b.end_user.as_deref()),
         amount_usd: b.amount_usd,
         period: &b.period,
         spent_usd: spent,
@@ -99,6 +129,7 @@ pub(super) fn record<'a>(app: &App, b: &'a Budget, now: DateTime<Utc>) -> Budget
 async fn scope_id(app: &App, caller: &Caller, scope: Scope, given: Option<String>) -> Result<String, ApiError> {
     let unknown = |what: &str, id: &str| ApiError::invalid(format!("field `scopeId`: unknown {what} `{id}`"));
     match (scope, given) {
+        (Scope::EndUser, _) => Err(ApiError::internal("end-user budgets name their owner with keyId/teamId")),
         (Scope::Tenant, None) => Ok(caller.tenant().to_string()),
         (Scope::Tenant, Some(id)) if id == caller.tenant() => Ok(id),
         (Scope::Tenant, Some(id)) => Err(ApiError::invalid(format!(
@@ -116,6 +147,37 @@ async fn scope_id(app: &App, caller: &Caller, scope: Scope, given: Option<String
     }
 }
 
+/// Whose end users an `end_user` budget caps: `key:<id>` (a live key of the tenant),
+/// `team:<id>` (a team of the tenant) or `tenant:<id>` (neither given).
+async fn end_user_owner(app: &App, caller: &Caller, body: &CreateBudget) -> Result<String, ApiError> {
+    if body.scope_id.is_some() {
+        return Err(ApiError::invalid("an `end_user` budget names its owner with `keyId` or `teamId`, not `scopeId`"));
+    }
+    match (&body.key_id, &body.team_id) {
+        (Some(_), Some(_)) => Err(ApiError::invalid("give `keyId` or `teamId`, not both")),
+        (Some(k), None) => match store::keys::is_live(&app.store, caller.tenant(), k).await? {
+            true => Ok(format!("key:{k}")),
+            false => Err(ApiError::invalid(format!("field `keyId`: unknown key `{k}`"))),
+        },
+        (None, Some(t)) => match store::teams::get(&app.store, caller.tenant(), t).await? {
+            Some(_) => Ok(format!("team:{t}")),
+            None => Err(ApiError::invalid(format!("field `teamId`: unknown team `{t}`"))),
+        },
+        (None, None) => Ok(format!("tenant:{}", caller.tenant())),
+    }
+}
+
+/// The one end user an `end_user` budget caps, checked as the gateway checks end-user ids.
+fn end_user(body: &CreateBudget) -> Result<Option<String>, ApiError> {
+    let Some(u) = &body.end_user else { return Ok(None) };
+    if u.is_empty() || u.len() > 256 || u.chars().any(char::is_control) || u.trim() != u {
+        return Err(ApiError::invalid(
+            "field `endUser` must be 1 to 256 bytes of printable text without surrounding spaces",
+        ));
+    }
+    Ok(Some(u.clone()))
+}
+
 /// Create a budget on a key, a team or the tenant (manager)
 #[utoipa::path(post, path = "/v1/budgets", operation_id = "createBudget", tag = "budgets", request_body = CreateBudget,
     responses((status = 201, description = "The budget", body = BudgetView), Manager, Authenticated))]
@@ -123,14 +185,23 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: CreateBudget = req.json()?;
     let amount = usd("amountUsd", body.amount_usd)?;
-    let scope_id = scope_id(app, caller, body.scope, body.scope_id).await?;
-    let scope = match body.scope {
-        Scope::Key => "key",
-        Scope::Team => "team",
-        Scope::Tenant => "tenant",
+    let (scope, scope_id, end_user) = match body.scope {
+        Scope::EndUser => ("end_user", end_user_owner(app, caller, &body).await?, end_user(&body)?),
+        s => {
+            if body.key_id.is_some() || body.team_id.is_some() || body.end_user.is_some() {
+                return Err(ApiError::invalid("fields `keyId`, `teamId` and `endUser` are for `end_user` budgets"));
+            }
+            let scope = match s {
+                Scope::Key => "key",
+                Scope::Team => "team",
+                _ => "tenant",
+            };
+            (scope, scope_id(app, caller, s, body.scope_id).await?, None)
+        }
     };
     let period = Period::from(body.period).as_str();
-    let b = store::budgets::insert(&app.store, caller.tenant(), scope, &scope_id, amount, period).await?;
+    let b = store::budgets::insert(&app.store, caller.tenant(), scope, &scope_id, end_user.as_deref(), amount, period)
+        .await?;
     app.snapshot.changed().await?;
     Ok(Reply::json(201, &record(app, &b, Utc::now())))
 }

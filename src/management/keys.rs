@@ -55,6 +55,14 @@ pub(super) struct Limits {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, minimum = 1, maximum = 1e12)]
     tpm_limit: Option<Option<i64>>,
+    /// Requests per minute of each end user of the key (docs/decisions/end-users.md).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 1e12)]
+    end_user_rpm_limit: Option<Option<i64>>,
+    /// Tokens per minute of each end user of the key.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 1e12)]
+    end_user_tpm_limit: Option<Option<i64>>,
 }
 
 /// A new key: the record and its secret, shown this once.
@@ -72,6 +80,8 @@ pub(super) struct KeyLimits {
     id: String,
     rpm_limit: Option<i64>,
     tpm_limit: Option<i64>,
+    end_user_rpm_limit: Option<i64>,
+    end_user_tpm_limit: Option<i64>,
 }
 
 /// Create a key (manager)
@@ -149,16 +159,37 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
 pub async fn set_limits(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
     caller.require_manager()?;
     let body: Limits = req.json()?;
-    for (name, v) in [("rpmLimit", body.rpm_limit), ("tpmLimit", body.tpm_limit)] {
+    let fields = [
+        ("rpmLimit", body.rpm_limit),
+        ("tpmLimit", body.tpm_limit),
+        ("endUserRpmLimit", body.end_user_rpm_limit),
+        ("endUserTpmLimit", body.end_user_tpm_limit),
+    ];
+    for (name, v) in fields {
         if let Some(Some(n)) = v {
             if !(1..=1_000_000_000_000).contains(&n) {
                 return Err(ApiError::invalid(format!("field `{name}` must be a positive integer or null")));
             }
         }
     }
-    let rec = store::keys::set_limits(&app.store, caller.tenant(), id, body.rpm_limit, body.tpm_limit)
+    let patch = store::keys::LimitsPatch {
+        rpm: body.rpm_limit,
+        tpm: body.tpm_limit,
+        end_user_rpm: body.end_user_rpm_limit,
+        end_user_tpm: body.end_user_tpm_limit,
+    };
+    let rec = store::keys::set_limits(&app.store, caller.tenant(), id, patch)
         .await?
         .ok_or_else(|| ApiError::not_found("key"))?;
     app.snapshot.changed().await?;
-    Ok(Reply::json(200, &KeyLimits { id: rec.id, rpm_limit: rec.rpm_limit, tpm_limit: rec.tpm_limit }))
+    Ok(Reply::json(
+        200,
+        &KeyLimits {
+            id: rec.id,
+            rpm_limit: rec.rpm_limit,
+            tpm_limit: rec.tpm_limit,
+            end_user_rpm_limit: rec.end_user_rpm_limit,
+            end_user_tpm_limit: rec.end_user_tpm_limit,
+        },
+    ))
 }

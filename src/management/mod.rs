@@ -13,6 +13,7 @@ mod billing;
 mod budget_requests;
 mod budgets;
 mod compliance;
+mod end_users;
 mod fields;
 mod handler;
 mod keys;

@@ -10,8 +10,8 @@ use utoipa::OpenApi;
 use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
-    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts,
-    providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, end_users, keys, log, members, policies,
+    prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
 
@@ -31,6 +31,7 @@ use crate::error::ErrorEnvelope;
         keys::create,
         keys::delete,
         keys::set_limits,
+        end_users::list,
         providers::list,
         providers::put,
         providers::test,

@@ -10,8 +10,8 @@ use std::pin::Pin;
 
 use super::handler::{Caller, Handled, Req};
 use super::{
-    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies,
-    prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, end_users, keys, log, members, openapi,
+    policies, prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
 use Serve::{Keyed, Public};
@@ -84,6 +84,7 @@ pub const ROUTES: &[Route] = &[
     r("POST", "/v1/keys", Keyed(|c| Box::pin(keys::create(c.app, c.caller, c.req)))),
     r("DELETE", "/v1/keys/{id}", Keyed(|c| Box::pin(keys::delete(c.app, c.caller, c.params[0])))),
     r("PATCH", "/v1/keys/{id}/limits", Keyed(|c| Box::pin(keys::set_limits(c.app, c.caller, c.params[0], c.req)))),
+    r("GET", "/v1/end-users", Keyed(|c| Box::pin(end_users::list(c.app, c.caller, c.req)))),
     r("GET", "/v1/providers", Keyed(|c| Box::pin(providers::list(c.app, c.caller)))),
     r("PUT", "/v1/providers/{provider}", Keyed(|c| Box::pin(providers::put(c.app, c.caller, c.params[0], c.req)))),
     r("POST", "/v1/providers/{provider}/test", Keyed(|c| Box::pin(providers::test(c.app, c.caller, c.params[0])))),

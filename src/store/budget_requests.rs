@@ -231,7 +231,7 @@ mod tests {
         let (store, dir) = temp_sqlite("budget-gone");
         db_runtime().block_on(async {
             let t = tenants::create(&store, "t").await.unwrap().id;
-            let b = budgets::insert(&store, &t, "tenant", &t, 10.0, "monthly").await.unwrap();
+            let b = budgets::insert(&store, &t, "tenant", &t, None, 10.0, "monthly").await.unwrap();
             let r = insert(&store, &t, &b.id, 5.0, "more", "k").await.unwrap();
             assert!(budgets::delete(&store, &t, &b.id).await.unwrap());
             assert!(matches!(decide(&store, &t, &r.id, true, "m").await.unwrap(), Decided::BudgetGone));

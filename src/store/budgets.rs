@@ -11,9 +11,12 @@ use super::{now_ts, Store, StoreError};
 pub struct Budget {
     pub id: String,
     pub tenant_id: String,
-    /// `key`, `team` or `tenant`.
+    /// `key`, `team`, `tenant` or `end_user`.
     pub scope: String,
+    /// For `end_user`: whose end users, `key:<id>`, `team:<id>` or `tenant:<id>`.
     pub scope_id: String,
+    /// For `end_user`: the one end user it caps (None: each end user of `scope_id`).
+    pub end_user: Option<String>,
     pub amount_usd: f64,
     /// `monthly` or `total`.
     pub period: String,
@@ -21,7 +24,7 @@ pub struct Budget {
     pub updated_at: String,
 }
 
-const COLUMNS: &str = "id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at";
+const COLUMNS: &str = "id, tenant_id, scope, scope_id, end_user, amount_usd, period, created_at, updated_at";
 
 const TABLE: super::rows::Table = super::rows::Table { name: "budgets", columns: COLUMNS };
 
@@ -31,6 +34,7 @@ fn from_row(r: &AnyRow) -> Result<Budget, sqlx::Error> {
         tenant_id: r.try_get("tenant_id")?,
         scope: r.try_get("scope")?,
         scope_id: r.try_get("scope_id")?,
+        end_user: r.try_get("end_user")?,
         amount_usd: r.try_get("amount_usd")?,
         period: r.try_get("period")?,
         created_at: r.try_get("created_at")?,
@@ -43,6 +47,7 @@ pub async fn insert(
     tenant_id: &str,
     scope: &str,
     scope_id: &str,
+    end_user: Option<&str>,
     amount_usd: f64,
     period: &str,
 ) -> Result<Budget, StoreError> {
@@ -52,6 +57,7 @@ pub async fn insert(
         tenant_id: tenant_id.to_string(),
         scope: scope.to_string(),
         scope_id: scope_id.to_string(),
+        end_user: end_user.map(str::to_string),
         amount_usd,
         period: period.to_string(),
         created_at: now.clone(),
@@ -62,8 +68,8 @@ pub async fn insert(
         .write(move |tx, _| {
             Box::pin(async move {
                 sqlx::query(
-                    "INSERT INTO budgets (id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    "INSERT INTO budgets (id, tenant_id, scope, scope_id, amount_usd, period, created_at, updated_at, \
+                     end_user) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 )
                 .bind(r.id)
                 .bind(r.tenant_id)
@@ -73,6 +79,7 @@ pub async fn insert(
                 .bind(r.period)
                 .bind(r.created_at)
                 .bind(r.updated_at)
+                .bind(r.end_user)
                 .execute(&mut **tx)
                 .await?;
                 Ok(Changed::to(b.id.clone(), b))

@@ -24,6 +24,10 @@ pub struct KeyRecord {
     pub spent_usd: f64,
     pub rpm_limit: Option<i64>,
     pub tpm_limit: Option<i64>,
+    /// Requests per minute of each end user of this key (docs/decisions/end-users.md).
+    pub end_user_rpm_limit: Option<i64>,
+    /// Tokens per minute of each end user of this key.
+    pub end_user_tpm_limit: Option<i64>,
     pub key_hint: String,
     pub created_at: String,
     pub last_used_at: Option<String>,
@@ -44,6 +48,8 @@ impl KeyRecord {
             spent_usd: 0.0,
             rpm_limit: None,
             tpm_limit: None,
+            end_user_rpm_limit: None,
+            end_user_tpm_limit: None,
             key_hint: String::new(),
             created_at: String::new(),
             last_used_at: None,
@@ -52,7 +58,7 @@ impl KeyRecord {
 }
 
 const COLUMNS: &str = "id, tenant_id, key_hash, label, key_class, role, team_id, budget_usd, \
-     spent_usd, rpm_limit, tpm_limit, key_hint, created_at, last_used_at";
+     spent_usd, rpm_limit, tpm_limit, end_user_rpm_limit, end_user_tpm_limit, key_hint, created_at, last_used_at";
 
 fn from_row(r: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
     Ok(KeyRecord {
@@ -67,6 +73,8 @@ fn from_row(r: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
         spent_usd: r.try_get("spent_usd")?,
         rpm_limit: r.try_get("rpm_limit")?,
         tpm_limit: r.try_get("tpm_limit")?,
+        end_user_rpm_limit: r.try_get("end_user_rpm_limit")?,
+        end_user_tpm_limit: r.try_get("end_user_tpm_limit")?,
         key_hint: r.try_get("key_hint")?,
         created_at: r.try_get("created_at")?,
         last_used_at: r.try_get("last_used_at")?,
@@ -97,6 +105,8 @@ pub async fn insert(store: &Store, k: NewKey) -> Result<KeyRecord, StoreError> {
         spent_usd: 0.0,
         rpm_limit: None,
         tpm_limit: None,
+        end_user_rpm_limit: None,
+        end_user_tpm_limit: None,
         key_hint: k.key_hint,
         created_at: now_ts(),
         last_used_at: None,
@@ -215,13 +225,26 @@ pub async fn revoke(store: &Store, tenant_id: &str, id: &str) -> Result<bool, St
         .await
 }
 
+/// A change of a key's limits: per field, None leaves it unchanged, Some(None) clears it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LimitsPatch {
+    pub rpm: Option<Option<i64>>,
+    pub tpm: Option<Option<i64>>,
+    pub end_user_rpm: Option<Option<i64>>,
+    pub end_user_tpm: Option<Option<i64>>,
+}
+
+/// `(set, value, not null)` binds of one patched field.
+fn flag(v: Option<Option<i64>>) -> (i64, i64, i64) {
+    (i64::from(v.is_some()), v.flatten().unwrap_or(0), i64::from(v.flatten().is_some()))
+}
+
 /// Sets the limits given (None leaves a field unchanged; Some(None) clears it).
 pub async fn set_limits(
     store: &Store,
     tenant_id: &str,
     id: &str,
-    rpm: Option<Option<i64>>,
-    tpm: Option<Option<i64>>,
+    patch: LimitsPatch,
 ) -> Result<Option<KeyRecord>, StoreError> {
     let (t, id) = (tenant_id.to_string(), id.to_string());
     store
@@ -229,26 +252,21 @@ pub async fn set_limits(
             Box::pin(async move {
                 // The update first, then the read, both in the write transaction (on SQLite it
                 // holds the write lock from its start).
-                let flag = |v: &Option<Option<i64>>| {
-                    (i64::from(v.is_some()), v.flatten().unwrap_or(0), i64::from(v.flatten().is_some()))
-                };
-                let ((rs, rv, rn), (ts, tv, tn)) = (flag(&rpm), flag(&tpm));
-                sqlx::query(
+                let mut q = sqlx::query(
                     "UPDATE api_keys SET \
                      rpm_limit = CASE WHEN $1 = 1 THEN (CASE WHEN $3 = 1 THEN $2 ELSE NULL END) ELSE rpm_limit END, \
-                     tpm_limit = CASE WHEN $4 = 1 THEN (CASE WHEN $6 = 1 THEN $5 ELSE NULL END) ELSE tpm_limit END \
-                     WHERE tenant_id = $7 AND id = $8 AND revoked_at IS NULL",
-                )
-                .bind(rs)
-                .bind(rv)
-                .bind(rn)
-                .bind(ts)
-                .bind(tv)
-                .bind(tn)
-                .bind(&t)
-                .bind(&id)
-                .execute(&mut **tx)
-                .await?;
+                     tpm_limit = CASE WHEN $4 = 1 THEN (CASE WHEN $6 = 1 THEN $5 ELSE NULL END) ELSE tpm_limit END, \
+                     end_user_rpm_limit = CASE WHEN $7 = 1 THEN (CASE WHEN $9 = 1 THEN $8 ELSE NULL END) \
+                       ELSE end_user_rpm_limit END, \
+                     end_user_tpm_limit = CASE WHEN $10 = 1 THEN (CASE WHEN $12 = 1 THEN $11 ELSE NULL END) \
+                       ELSE end_user_tpm_limit END \
+                     WHERE tenant_id = $13 AND id = $14 AND revoked_at IS NULL",
+                );
+                for field in [patch.rpm, patch.tpm, patch.end_user_rpm, patch.end_user_tpm] {
+                    let (set, value, not_null) = flag(field);
+                    q = q.bind(set).bind(value).bind(not_null);
+                }
+                q.bind(&t).bind(&id).execute(&mut **tx).await?;
                 let sql =
                     format!("SELECT {COLUMNS} FROM api_keys WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL");
                 let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&t).bind(&id).fetch_optional(&mut **tx).await?;

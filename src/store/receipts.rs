@@ -365,10 +365,13 @@ where
     /// Spend moves with its receipts: all of it lands, or none of it.
     async fn apply_spend(&mut self, records: &[Record], rules: ChainRules) -> Result<(), sqlx::Error> {
         let mut spend = Deltas::default();
+        let mut users = super::spend::EndUserDeltas::default();
         for r in records {
             r.add_spend(&mut spend, rules.spend_periods);
+            r.add_end_user(&mut users, rules.spend_periods);
         }
-        super::spend::apply::<DB>(&mut self.tx, spend).await
+        super::spend::apply::<DB>(&mut self.tx, spend).await?;
+        super::spend::apply_end_users::<DB>(&mut self.tx, users).await
     }
 
     /// Moves the tenant's head to `last`, its newest record.
@@ -587,6 +590,8 @@ const TENANT: usize = column("tenant_id");
 const SEQ: usize = column("seq");
 const COST: usize = column("cost_usd");
 const TS: usize = column("ts");
+const ACTOR: usize = column("actor");
+const KIND: usize = column("kind");
 const PREV_HASH: usize = column("prev_hash");
 const THIS_HASH: usize = column("this_hash");
 
@@ -662,6 +667,24 @@ impl Record {
         }
     }
 
+    /// Adds the receipt to its end user's figures (a model or tool call whose actor is
+    /// `<keyId>/<endUser>`) in each of its periods.
+    fn add_end_user<'a>(
+        &'a self,
+        out: &mut super::spend::EndUserDeltas<'a>,
+        periods: for<'t> fn(&'t str) -> [&'t str; 2],
+    ) {
+        if !matches!(self.text(KIND), "model_call" | "tool_call") {
+            return;
+        }
+        let Some(user) = self.text(ACTOR).strip_prefix(&*self.spend_key).and_then(|a| a.strip_prefix('/')) else {
+            return;
+        };
+        for period in periods(self.text(TS)) {
+            out.add((self.tenant_id(), &self.spend_key, user, period), self.cost_usd(), self.text(TS));
+        }
+    }
+
     /// A record as an earlier version journaled it, in today's shape: lines written before the
     /// `subject` column (migration 0014, its last column) lack its `""`.
     pub fn upgraded(mut self) -> Record {
@@ -698,6 +721,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
     }
     super::tiles::grow_sqlite(tx, growths(records)).map_err(sqlite_err)?;
     let mut spend = Deltas::default();
+    let mut users = super::spend::EndUserDeltas::default();
     for r in records.iter().map(std::borrow::Borrow::borrow) {
         for e in &r.events {
             let mut st = tx.prepare_cached(EVENT_INSERT).map_err(sqlite_err)?;
@@ -707,6 +731,12 @@ fn write_records<R: std::borrow::Borrow<Record>>(
             super::webhooks::enqueue_sqlite_values(tx, o).map_err(sqlite_err)?;
         }
         r.add_spend(&mut spend, rules.spend_periods);
+        r.add_end_user(&mut users, rules.spend_periods);
+    }
+    for ((tenant, key, user, period), (cost, requests, ts)) in users.rows() {
+        tx.prepare_cached(super::spend::END_USER_UPSERT)
+            .and_then(|mut st| st.execute(rusqlite::params![tenant, key, user, period, cost, requests, ts]))
+            .map_err(sqlite_err)?;
     }
     for ((tenant, key, period), cost) in spend.rows() {
         tx.prepare_cached(

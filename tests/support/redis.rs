@@ -89,3 +89,10 @@ impl Drop for OwnRedis {
         self.stop();
     }
 }
+
+/// `HGET key field` through redis-cli on the Redis at `url` (empty when there is none).
+pub fn hget(url: &str, key: &str, field: &str) -> String {
+    let port = url.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("redis-cli").args(["-p", port, "HGET", key, field]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

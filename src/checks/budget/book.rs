@@ -11,7 +11,8 @@ use crate::store::{budgets::Budget, keys::KeyRecord, teams::Team};
 pub struct Limit {
     /// The budget row; None for a key's `budgetUsd` or a team's `budgetPoolUsd`.
     pub budget_id: Option<String>,
-    /// `key`, `team` or `tenant`.
+    /// `key`, `team`, `tenant` or `end_user` (then `scope_id` is `<owner>/<endUser>`, the owner
+    /// `key:<id>`, `team:<id>` or `tenant:<id>`: [`end_user_scope_id`]).
     pub scope: &'static str,
     pub scope_id: String,
     pub amount_usd: f64,
@@ -25,6 +26,28 @@ pub struct BudgetBook {
     keys: HashMap<String, Vec<(String, Limit)>>,
     teams: HashMap<String, Vec<(String, Limit)>>,
     tenants: HashMap<String, Vec<(String, Limit)>>,
+    /// End-user budgets by owner (`key:<id>`, `team:<id>`, `tenant:<id>`): each rule applies to
+    /// every end user of the owner, or to one (`Some(endUser)`).
+    end_users: HashMap<String, Vec<(String, EndUserRule)>>,
+}
+
+/// An end-user budget: `amount_usd` per `period` for each end user in scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndUserRule {
+    pub budget_id: String,
+    pub end_user: Option<String>,
+    pub amount_usd: f64,
+    pub period: Period,
+}
+
+/// The spend entry of `end_user` under `owner` (`key:<id>`, `team:<id>`, `tenant:<id>`).
+pub fn end_user_scope_id(owner: &str, end_user: &str) -> String {
+    format!("{owner}/{end_user}")
+}
+
+/// The end user a scope id of an `end_user` limit names.
+pub fn end_user_of(scope_id: &str) -> &str {
+    scope_id.split_once('/').map_or(scope_id, |(_, u)| u)
 }
 
 /// The scope names the ledger and the API use, as `'static` strings.
@@ -33,6 +56,7 @@ pub(crate) fn scope_name(s: &str) -> Option<&'static str> {
         "key" => Some("key"),
         "team" => Some("team"),
         "tenant" => Some("tenant"),
+        "end_user" => Some("end_user"),
         _ => None,
     }
 }
@@ -49,6 +73,16 @@ impl BudgetBook {
                 log::warn!("budget {} has an unknown scope `{}` or period `{}`; ignored", b.id, b.scope, b.period);
                 continue;
             };
+            if scope == "end_user" {
+                let rule = EndUserRule {
+                    budget_id: b.id.clone(),
+                    end_user: b.end_user.clone(),
+                    amount_usd: b.amount_usd,
+                    period,
+                };
+                book.end_users.entry(b.scope_id.clone()).or_default().push((b.tenant_id.clone(), rule));
+                continue;
+            }
             let limit = Limit {
                 budget_id: Some(b.id.clone()),
                 scope,
@@ -116,8 +150,46 @@ impl BudgetBook {
         out
     }
 
+    /// [`BudgetBook::limits_for`] plus the end-user budgets that apply to `end_user` of this
+    /// key: those of the key, of its team and of the tenant.
+    pub fn limits_with_end_user(
+        &self,
+        tenant_id: &str,
+        key_id: &str,
+        team_id: Option<&str>,
+        end_user: Option<&str>,
+    ) -> Vec<Limit> {
+        let mut out = self.limits_for(tenant_id, key_id, team_id);
+        let Some(user) = end_user else { return out };
+        if self.end_users.is_empty() {
+            return out;
+        }
+        let owners =
+            [Some(format!("key:{key_id}")), team_id.map(|t| format!("team:{t}")), Some(format!("tenant:{tenant_id}"))];
+        for owner in owners.into_iter().flatten() {
+            let Some(rules) = self.end_users.get(&owner) else { continue };
+            for (_, r) in
+                rules.iter().filter(|(t, r)| t == tenant_id && r.end_user.as_deref().is_none_or(|u| u == user))
+            {
+                out.push(Limit {
+                    budget_id: Some(r.budget_id.clone()),
+                    scope: "end_user",
+                    scope_id: end_user_scope_id(&owner, user),
+                    amount_usd: r.amount_usd,
+                    period: r.period,
+                });
+            }
+        }
+        out
+    }
+
+    /// The end-user budgets, by owner (the shared state loads the spend they cover: `cluster`).
+    pub fn end_user_rules(&self) -> impl Iterator<Item = (&str, &EndUserRule)> {
+        self.end_users.iter().flat_map(|(owner, rules)| rules.iter().map(move |(_, r)| (owner.as_str(), r)))
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty() && self.teams.is_empty() && self.tenants.is_empty()
+        self.keys.is_empty() && self.teams.is_empty() && self.tenants.is_empty() && self.end_users.is_empty()
     }
 }
 
@@ -131,6 +203,7 @@ mod tests {
             tenant_id: tenant.into(),
             scope: scope.into(),
             scope_id: scope_id.into(),
+            end_user: None,
             amount_usd: amount,
             period: period.into(),
             created_at: String::new(),
@@ -191,5 +264,32 @@ mod tests {
         assert!(book.limits_for("t2", "k1", Some("team1")).is_empty());
         assert!(BudgetBook::default().limits_for("t1", "k1", None).is_empty());
         assert!(!book.is_empty());
+    }
+
+    #[test]
+    fn end_user_budgets_apply_per_end_user_of_their_owner() {
+        let mut every = budget("b1", "t1", "end_user", "key:k1", 1.0, "monthly");
+        every.end_user = None;
+        let mut one = budget("b2", "t1", "end_user", "team:team1", 0.5, "total");
+        one.end_user = Some("alice".into());
+        let tenant_wide = budget("b3", "t1", "end_user", "tenant:t1", 2.0, "total");
+        let book = BudgetBook::build(&[every, one, tenant_wide], [], []);
+        assert!(book.limits_for("t1", "k1", Some("team1")).is_empty(), "no end user, no end-user budget");
+        let ids = |user| -> Vec<(Option<String>, String)> {
+            book.limits_with_end_user("t1", "k1", Some("team1"), Some(user))
+                .into_iter()
+                .map(|l| (l.budget_id, l.scope_id))
+                .collect()
+        };
+        assert_eq!(
+            ids("alice"),
+            [
+                (Some("b1".into()), "key:k1/alice".into()),
+                (Some("b2".into()), "team:team1/alice".into()),
+                (Some("b3".into()), "tenant:t1/alice".into())
+            ]
+        );
+        assert_eq!(ids("bob").len(), 2, "b2 caps alice only");
+        assert!(book.limits_with_end_user("t2", "k1", None, Some("alice")).is_empty(), "another tenant");
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use chrono::{DateTime, Utc};
 
 use super::book::scope_name;
-use super::book::Limit;
+use super::book::{end_user_scope_id, Limit};
 use super::period::{month_key, Period, TOTAL};
 use crate::store::{spend, Store, StoreError};
 
@@ -48,6 +48,8 @@ pub struct Ledger {
     keys: Entries,
     teams: Entries,
     tenants: Entries,
+    /// Per end user under each owner (`key:<id>/<endUser>`, `team:…`, `tenant:…`).
+    end_users: Entries,
 }
 
 /// What a request holds against its limits until it settles. Dropping it gives the amounts back.
@@ -128,7 +130,15 @@ impl Ledger {
             *sums[2].entry((r.tenant_id, r.period)).or_default() += r.cost_usd;
         }
         let month = month_key(now);
-        for (entries, sums) in [&self.keys, &self.teams, &self.tenants].into_iter().zip(sums) {
+        let users = spend::end_users_current(store, &[TOTAL.to_string(), month_key(now)]).await?;
+        let mut user_sums: HashMap<(String, String), f64> = HashMap::default();
+        for r in users {
+            for owner in owners(&r.tenant_id, &r.key_id, r.team_id.as_deref()).into_iter().flatten() {
+                *user_sums.entry((end_user_scope_id(&owner, &r.end_user), r.period.clone())).or_default() += r.cost_usd;
+            }
+        }
+        let all = [&self.keys, &self.teams, &self.tenants, &self.end_users];
+        for (entries, sums) in all.into_iter().zip(sums.into_iter().chain([user_sums])) {
             for ((id, period), db) in sums {
                 let entry = Self::entry(entries, &id);
                 let mut st = entry.lock();
@@ -145,6 +155,7 @@ impl Ledger {
             "key" => Some(&self.keys),
             "team" => Some(&self.teams),
             "tenant" => Some(&self.tenants),
+            "end_user" => Some(&self.end_users),
             _ => None,
         }
     }
@@ -171,6 +182,7 @@ impl Ledger {
         debug_assert!(limits.iter().all(|l| match l.scope {
             "key" => l.scope_id == key_id,
             "team" => Some(l.scope_id.as_str()) == team_id,
+            "end_user" => true,
             _ => l.scope_id == tenant_id,
         }));
         let amount = if amount_usd.is_finite() && amount_usd > 0.0 { amount_usd } else { 0.0 };
@@ -218,19 +230,53 @@ impl Ledger {
         actual_usd: f64,
         now: DateTime<Utc>,
     ) {
+        self.settle_as(r, (tenant_id, key_id, team_id, None), actual_usd, now)
+    }
+
+    /// [`Ledger::settle`] for the request of an end user (`who`: tenant, key, team, end user):
+    /// the cost also counts for the end user under its key, its team and its tenant.
+    pub fn settle_as(
+        &self,
+        r: Option<Reservation>,
+        who: (&str, &str, Option<&str>, Option<&str>),
+        actual_usd: f64,
+        now: DateTime<Utc>,
+    ) {
+        let (tenant_id, key_id, team_id, end_user) = who;
         if actual_usd.is_finite() && actual_usd > 0.0 {
             let month = month_key(now);
             let targets = [(&self.keys, Some(key_id)), (&self.teams, team_id), (&self.tenants, Some(tenant_id))];
             for (entries, id) in targets {
                 let Some(id) = id else { continue };
-                let entry = Self::entry(entries, id);
-                let mut st = entry.lock();
-                add(&mut st.spent, TOTAL, actual_usd);
-                add(&mut st.spent, &month, actual_usd);
-                prune_months(&mut st, &month);
+                self.book(entries, id, &month, actual_usd);
+            }
+            if let Some(user) = end_user {
+                for owner in owners(tenant_id, key_id, team_id).into_iter().flatten() {
+                    self.book(&self.end_users, &end_user_scope_id(&owner, user), &month, actual_usd);
+                }
             }
         }
         drop(r);
+    }
+
+    fn book(&self, entries: &Entries, id: &str, month: &str, usd: f64) {
+        let entry = Self::entry(entries, id);
+        let mut st = entry.lock();
+        add(&mut st.spent, TOTAL, usd);
+        add(&mut st.spent, month, usd);
+        prune_months(&mut st, month);
+    }
+
+    /// The most one end user under `owner` has spent in the period containing `now` (what an
+    /// end-user budget over every end user of the owner shows as its spend).
+    pub fn most_spent_by_an_end_user(&self, owner: &str, period: Period, now: DateTime<Utc>) -> f64 {
+        let prefix = format!("{owner}/");
+        let key = period.key(now);
+        let map = self.end_users.read().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .filter(|(id, _)| id.starts_with(&prefix))
+            .filter_map(|(_, e)| e.lock().spent.get(&key).copied())
+            .fold(0.0, f64::max)
     }
 
     /// Counts `cost_usd` against each of `limits` and says which thresholds it crossed: the
@@ -286,6 +332,11 @@ impl Ledger {
         let entry = entries.read().unwrap_or_else(|e| e.into_inner()).get(scope_id).cloned();
         entry.and_then(|e| e.lock().reserved.get(&period.key(now)).copied()).unwrap_or(0.0)
     }
+}
+
+/// The owners whose end users a request of this key counts for: the key, its team, its tenant.
+fn owners(tenant_id: &str, key_id: &str, team_id: Option<&str>) -> [Option<String>; 3] {
+    [Some(format!("key:{key_id}")), team_id.map(|t| format!("team:{t}")), Some(format!("tenant:{tenant_id}"))]
 }
 
 /// `map[period] += usd`, allocating the key only the first time a period is seen.
@@ -495,5 +546,28 @@ mod tests {
         let held: Vec<_> = (0..10).map(|_| ledger.reserve("t1", "k1", None, &dollar, 0.1, now)).collect();
         assert!(held.iter().all(Result::is_ok));
         assert!(ledger.reserve("t1", "k1", None, &dollar, 0.1, now).is_err());
+    }
+
+    /// An end user's monthly budget starts over with the month; its total one never does; the
+    /// spend of one end user is not another's, and counts under its key, team and tenant.
+    #[test]
+    fn end_user_spend_resets_with_its_period() {
+        let ledger = Ledger::new();
+        let who = |u| ("t1", "k1", Some("team1"), Some(u));
+        let monthly = [limit("end_user", "key:k1/alice", 1.0, Period::Monthly)];
+        let total = [limit("end_user", "tenant:t1/alice", 1.0, Period::Total)];
+        let dec = at(2025, 12, 31);
+        let r = ledger.reserve("t1", "k1", Some("team1"), &monthly, 0.6, dec).unwrap();
+        ledger.settle_as(Some(r), who("alice"), 0.6, dec);
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &monthly, 0.6, dec).is_err(), "0.6 + 0.6 > 1");
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &total, 0.6, dec).is_err(), "the tenant-wide entry too");
+        let bob = [limit("end_user", "key:k1/bob", 1.0, Period::Monthly)];
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &bob, 0.6, dec).is_ok(), "bob has his own");
+        let jan = at(2026, 1, 1);
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &monthly, 0.6, jan).is_ok(), "a new month");
+        assert!(ledger.reserve("t1", "k1", Some("team1"), &total, 0.6, jan).is_err(), "total never resets");
+        assert_eq!(ledger.spent("end_user", "team:team1/alice", Period::Total, jan), 0.6);
+        assert_eq!(ledger.most_spent_by_an_end_user("key:k1", Period::Monthly, dec), 0.6);
+        assert_eq!(ledger.most_spent_by_an_end_user("key:k1", Period::Monthly, jan), 0.0);
     }
 }

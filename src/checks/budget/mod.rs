@@ -11,6 +11,6 @@ mod period;
 pub mod plugin;
 pub mod shared;
 
-pub use book::{BudgetBook, Limit};
+pub use book::{end_user_of, end_user_scope_id, BudgetBook, EndUserRule, Limit};
 pub use ledger::{Crossing, Exceeded, Ledger, Reservation};
 pub use period::{month_key, Period, TOTAL};

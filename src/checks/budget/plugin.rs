@@ -61,7 +61,7 @@ impl Budget {
     fn without_store(&self, c: &Cluster, ex: &Exchange, cx: &mut Ctx, why: &str) -> Verdict {
         c.fell_back("BUDGET");
         if c.fail_open() {
-            let limits = ex.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
+            let limits = limits(ex);
             return self.local(ex, cx, &limits);
         }
         Verdict::Block(
@@ -75,11 +75,30 @@ impl Budget {
     }
 }
 
+/// Every limit the request counts against, its end user's included.
+fn limits(ex: &Exchange) -> Vec<crate::checks::budget::Limit> {
+    ex.snap.budgets.limits_with_end_user(ex.tenant_id(), ex.key_id(), ex.team_id(), ex.end_user.as_deref())
+}
+
 fn exceeded(x: &Exceeded) -> Verdict {
     let period = match x.period {
         Period::Monthly => "monthly",
         Period::Total => "total",
     };
+    if x.scope == "end_user" {
+        let user = crate::checks::budget::end_user_of(&x.scope_id);
+        return Verdict::Block(
+            CheckResult::Block,
+            ApiError::new(
+                ErrorKind::BudgetExceeded,
+                format!(
+                    "the {period} end-user budget of ${:.4} for end user \"{user}\" would be exceeded (spent \
+                     ${:.4}); ask for more with POST /v1/budgets/requests",
+                    x.amount_usd, x.spent_usd
+                ),
+            ),
+        );
+    }
     Verdict::Block(
         CheckResult::Block,
         ApiError::new(
@@ -101,7 +120,7 @@ impl Check for Budget {
     /// Applies when a budget covers the key, its team or the tenant; 402 when the request's
     /// reservation does not fit in one of them.
     fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
-        let limits = ex.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
+        let limits = limits(ex);
         if limits.is_empty() {
             return Verdict::Skip;
         }
@@ -160,7 +179,7 @@ impl Check for Budget {
             }
             (Answer::Unavailable(why), Some(c)) => self.without_store(c, ex, cx, &why),
             _ => {
-                let limits = ex.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
+                let limits = limits(ex);
                 self.local(ex, cx, &limits)
             }
         }
@@ -174,7 +193,8 @@ impl Check for Budget {
             Some(Hold::Shared(h)) => (None, Some(h)),
             None => (None, None),
         };
-        self.ledger.settle(local, ex.tenant_id(), ex.key_id(), ex.team_id(), done.cost_usd, ex.now);
+        let who = (ex.tenant_id(), ex.key_id(), ex.team_id(), ex.end_user.as_deref());
+        self.ledger.settle_as(local, who, done.cost_usd, ex.now);
         if let Some(c) = &self.shared {
             c.settle_budget(shared, done.cost_usd);
         }

@@ -17,6 +17,9 @@ pub struct Exchange {
     /// The snapshot pinned for this request (policies, budgets, prices).
     pub snap: Arc<Snapshot>,
     pub key: Arc<KeyEntry>,
+    /// Who the request is for, in the key's product (`X-Tollgate-Actor`, OpenAI's `user`,
+    /// Anthropic's `metadata.user_id`), validated by the gateway.
+    pub end_user: Option<Arc<str>>,
     pub kind: Kind,
     /// The gateway route, e.g. `/v1/chat/completions` (part of the cache key).
     pub route: &'static str,
@@ -84,6 +87,7 @@ impl Exchange {
         Exchange {
             snap,
             key: Arc::new(KeyEntry::new(record, Default::default())),
+            end_user: None,
             kind: Kind::ModelCall,
             route: route.upstream_path(),
             dialect: Dialect::CHAT,

@@ -151,12 +151,19 @@ impl Pipeline {
                 i += 1;
                 continue;
             };
-            let mut asks = vec![first];
+            // The checks whose asks go in this round trip; a joining check that does not
+            // apply (Skip) lets the next one join still (the end user's limits, then a key
+            // without limits, then its budget: one round trip).
+            let (mut asks, mut asked) = (vec![first], vec![i]);
             let mut next = i + 1;
             let mut after = None;
             while self.checks[i].joins_asks() && next < self.checks.len() && self.checks[next].joins_asks() {
                 match self.checks[next].on_request(ex, cx) {
-                    Verdict::Ask(a) => asks.push(a),
+                    Verdict::Ask(a) => {
+                        asks.push(a);
+                        asked.push(next);
+                    }
+                    Verdict::Skip => {}
                     other => {
                         after = Some(other);
                         break;
@@ -164,19 +171,18 @@ impl Pipeline {
                 }
                 next += 1;
             }
-            let n = asks.len();
             let mut answers = match &self.shared {
                 Some(store) => store.ask(asks).await,
-                None => vec![shared::Answer::Unavailable("no shared store is configured".into()); n],
+                None => vec![shared::Answer::Unavailable("no shared store is configured".into()); asked.len()],
             }
             .into_iter();
-            for j in i..i + n {
+            for (pos, &j) in asked.iter().enumerate() {
                 let answer = answers.next().unwrap_or(shared::Answer::NotAsked);
                 let verdict = self.checks[j].on_answer(ex, cx, answer);
                 if let Some(step) = self.apply(j, verdict, cx) {
                     // The checks asked after this one were not decided: they let go of what
                     // they prepared.
-                    for k in j + 1..i + n {
+                    for &k in &asked[pos + 1..] {
                         let _ = self.checks[k].on_answer(ex, cx, shared::Answer::NotAsked);
                     }
                     return step;
@@ -198,20 +204,22 @@ impl Pipeline {
         let name = self.checks[i].name();
         match verdict {
             Verdict::Skip | Verdict::Ask(_) => None,
+            // A name two plugins share (`RATELIMIT`: the end user's limits, then the key's) is
+            // recorded once, with the strongest result.
             Verdict::Pass(result) => {
-                record(&mut cx.checks, name, result);
+                raise(&mut cx.checks, name, result);
                 None
             }
             Verdict::Redact => {
-                record(&mut cx.checks, name, CheckResult::Redact);
+                raise(&mut cx.checks, name, CheckResult::Redact);
                 None
             }
             Verdict::Block(result, e) => {
-                record(&mut cx.checks, name, result);
+                raise(&mut cx.checks, name, result);
                 Some(Step::Block(e))
             }
             Verdict::Serve(hit) => {
-                record(&mut cx.checks, name, CheckResult::Hit);
+                raise(&mut cx.checks, name, CheckResult::Hit);
                 Some(Step::Serve(hit))
             }
         }
@@ -258,7 +266,7 @@ fn record(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
     list.push(Recorded::new(name, result));
 }
 
-/// Keeps one entry per check name on the answer side, holding its strongest result.
+/// Keeps one entry per check name, holding its strongest result.
 fn raise(list: &mut Vec<Recorded>, name: CheckName, result: CheckResult) {
     match list.iter_mut().find(|c| c.name == name) {
         Some(c) if result.severity() > c.result.severity() => c.result = result.into(),
@@ -379,6 +387,44 @@ mod tests {
         let (checks, seen, _) = run_asking(1);
         assert_eq!(seen, ["pass", "block"]);
         assert_eq!(checks, ["ALLOWLIST:PASS", "RATELIMIT:PASS", "BUDGET:BLOCK"]);
+    }
+
+    /// A joining check that does not apply.
+    struct Skipping;
+    impl Check for Skipping {
+        fn name(&self) -> CheckName {
+            CheckName::RateLimit
+        }
+        fn joins_asks(&self) -> bool {
+            true
+        }
+    }
+
+    /// A joining check that skips between two that ask: still one round trip, and a refusal of
+    /// the first leaves the last not asked.
+    #[test]
+    fn a_skipping_check_between_two_asks_keeps_one_round_trip() {
+        for (admit, want_seen, want_checks) in [
+            (2, vec!["pass", "pass"], vec!["RATELIMIT:PASS", "BUDGET:PASS"]),
+            (0, vec!["block", "not asked"], vec!["RATELIMIT:BLOCK"]),
+        ] {
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let store = std::sync::Arc::new(Store { admit, calls: Default::default() });
+            let p = Pipeline::new(vec![
+                Box::new(Asking(CheckName::RateLimit, seen.clone())),
+                Box::new(Skipping),
+                Box::new(Asking(CheckName::Budget, seen.clone())),
+            ])
+            .with_shared(store.clone());
+            let mut ex = Exchange::fixture(serde_json::json!({"model": "gpt-4o-mini", "messages": []}));
+            let mut cx = Ctx::default();
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let _ = rt.block_on(p.on_request(&mut ex, &mut cx));
+            assert_eq!(*store.calls.lock().unwrap(), [2]);
+            assert_eq!(*seen.lock().unwrap(), want_seen);
+            let checks: Vec<String> = cx.checks.iter().map(|c| format!("{}:{}", c.name, c.result)).collect();
+            assert_eq!(checks, want_checks);
+        }
     }
 
     #[test]

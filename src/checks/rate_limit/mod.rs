@@ -7,6 +7,7 @@
 //! reservation is corrected to the tokens it really used.
 //! The lock is per key and held for a few arithmetic operations, never across I/O.
 
+pub mod end_user;
 pub mod plugin;
 pub mod shared;
 
@@ -17,6 +18,48 @@ pub const WINDOW_MS: i64 = 60_000;
 #[derive(Debug, Default)]
 pub struct Windows {
     state: Mutex<State>,
+}
+
+impl Windows {
+    /// Nothing counted in the last two windows before `now_ms`: the estimate is zero.
+    fn idle(&self, now_ms: i64) -> bool {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        now_ms - s.start_ms >= 2 * WINDOW_MS
+    }
+}
+
+/// The windows of each end user of one key (`endUserRpmLimit` / `endUserTpmLimit`), in this
+/// process. Entries whose windows are idle are dropped when the map grows past [`PRUNE_AT`].
+#[derive(Debug, Default)]
+pub struct EndUserWindows {
+    map: Mutex<std::collections::HashMap<Arc<str>, Arc<Windows>>>,
+}
+
+/// How many end users of one key are kept before idle ones are dropped (a sweep of this many
+/// entries under the lock is a few tens of microseconds, once per this many new end users).
+pub const PRUNE_AT: usize = 4096;
+
+impl EndUserWindows {
+    /// The end user's windows, made on first use.
+    pub fn get(&self, end_user: &str, now_ms: i64) -> Arc<Windows> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = map.get(end_user) {
+            return w.clone();
+        }
+        if map.len() >= PRUNE_AT {
+            map.retain(|_, w| Arc::strong_count(w) > 1 || !w.idle(now_ms));
+        }
+        map.entry(end_user.into()).or_default().clone()
+    }
+
+    /// End users with windows kept.
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// One key's two windows: when the current one started, and each one's requests and tokens.

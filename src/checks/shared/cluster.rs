@@ -51,6 +51,7 @@ pub struct Cluster {
     me: std::sync::Weak<Cluster>,
     seed: redis::Script,
     missing: redis::Script,
+    seed_end_users: redis::Script,
 }
 
 impl Cluster {
@@ -98,6 +99,7 @@ impl Cluster {
             allowances: allowance::Allowances::new((cfg.reservation_ttl_seconds.max(1) * 1000) as i64),
             seed: budget::seed_script(),
             missing: budget::missing_script(),
+            seed_end_users: budget::seed_end_users_script(),
         });
         rt.spawn(cluster.clone().run_settlements(queue));
         Ok(Some(cluster))
@@ -392,6 +394,7 @@ impl Cluster {
         let mut conn = self.conn.clone();
         let now = chrono::Utc::now();
         let snap = snapshot.load();
+        self.seed_end_users(store, &mut conn, &snap.budgets, now).await?;
         let mut entries: Vec<(String, &'static str, String, crate::checks::budget::Period)> = snap
             .budgets
             .all()
@@ -463,6 +466,98 @@ impl Cluster {
             let _: i64 = inv.invoke_async(conn).await.map_err(|e| format!("seed: {}", e.category()))?;
         }
         Ok(())
+    }
+}
+
+/// End-user budgets: each end user's entry starts at zero in Redis (there are too many to load
+/// ahead); the ones the database has spend for are raised to it once per set of end-user
+/// budgets and month, and again whenever Redis lost the marker (restart, flush).
+impl Cluster {
+    async fn seed_end_users(
+        &self,
+        store: &Store,
+        conn: &mut ConnectionManager,
+        book: &crate::checks::budget::BudgetBook,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), String> {
+        use std::hash::{Hash, Hasher};
+        let mut rules: Vec<_> = book.end_user_rules().collect();
+        if rules.is_empty() {
+            return Ok(());
+        }
+        rules.sort_by(|a, b| (a.0, &a.1.budget_id).cmp(&(b.0, &b.1.budget_id)));
+        let month = crate::checks::budget::month_key(now);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (owner, r) in &rules {
+            (owner, &r.end_user, r.period.as_str()).hash(&mut h);
+        }
+        month.hash(&mut h);
+        let marker = self.key(format_args!("eu-seeded:{:016x}", h.finish()));
+        let seen: bool =
+            redis::cmd("EXISTS").arg(&marker).query_async(conn).await.map_err(|e| format!("ping: {}", e.category()))?;
+        if seen {
+            return Ok(());
+        }
+        let periods = [crate::checks::budget::TOTAL.to_string(), month.clone()];
+        let rows = crate::store::spend::end_users_current(store, &periods)
+            .await
+            .map_err(|e| format!("seed: database: {e}"))?;
+        let sums = self.end_user_sums(&rules, &rows, now);
+        let mut inv = self.seed_end_users.prepare_invoke();
+        inv.key(&marker);
+        for (hash, (nanos, ttl)) in &sums {
+            inv.key(hash).arg(*nanos).arg(*ttl);
+        }
+        let n: i64 = inv.invoke_async(conn).await.map_err(|e| format!("seed: {}", e.category()))?;
+        let _: () = redis::cmd("SET")
+            .arg(&marker)
+            .arg(1)
+            .arg("EX")
+            .arg(budget::MONTH_TTL_SECONDS)
+            .query_async(conn)
+            .await
+            .map_err(|e| format!("seed: {}", e.category()))?;
+        log::info!("shared state ({}): spend of {n} end-user budget entries loaded from the database", self.address);
+        Ok(())
+    }
+
+    /// Per end-user entry hash the database's spend (nanos) and its expiry (seconds, 0 none).
+    fn end_user_sums(
+        &self,
+        rules: &[(&str, &crate::checks::budget::EndUserRule)],
+        rows: &[crate::store::spend::EndUserRow],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> std::collections::BTreeMap<String, (i64, i64)> {
+        use crate::checks::budget::{end_user_scope_id, Period};
+        let mut sums = std::collections::BTreeMap::new();
+        for r in rows {
+            let owners = [
+                Some(format!("key:{}", r.key_id)),
+                r.team_id.as_ref().map(|t| format!("team:{t}")),
+                Some(format!("tenant:{}", r.tenant_id)),
+            ];
+            for owner in owners.iter().flatten() {
+                let applies = rules.iter().filter(|(o, rule)| {
+                    o == owner
+                        && rule.period.key(now) == r.period
+                        && rule.end_user.as_ref().is_none_or(|u| *u == r.end_user)
+                });
+                // Two rules on one entry (every end user, and this one) count a row once; rows
+                // of several keys add up under their team and tenant.
+                let mut hashes: Vec<(String, i64)> = applies
+                    .map(|(_, rule)| {
+                        let ttl = if rule.period == Period::Monthly { budget::MONTH_TTL_SECONDS } else { 0 };
+                        let id = end_user_scope_id(owner, &r.end_user);
+                        (budget::hash_key(&self.prefix, "end_user", &id, &r.period), ttl)
+                    })
+                    .collect();
+                hashes.dedup_by(|a, b| a.0 == b.0);
+                for (hash, ttl) in hashes {
+                    sums.entry(hash).or_insert((0, ttl)).0 += budget::nanos(r.cost_usd);
+                }
+            }
+        }
+        sums
     }
 }
 
