@@ -281,8 +281,8 @@ impl SnapshotHandle {
 /// vocabulary, whose names are `ProviderName`'s, so none is dropped unless the config was read
 /// against another vocabulary.
 fn resolve_routes(config: &Config) -> Arc<[(Glob, ProviderName)]> {
-    let mut routes = Vec::with_capacity(config.routes.len());
-    for r in &config.routes {
+    let mut routes = Vec::with_capacity(config.routes.rules.len());
+    for r in &config.routes.rules {
         match ProviderName::parse(r.provider.as_str()) {
             Some(p) => routes.push((r.model.clone(), p)),
             None => log::error!("route `{}` names no known provider `{}`: left out", r.model.as_str(), r.provider),

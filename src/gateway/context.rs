@@ -114,6 +114,7 @@ impl Ctx {
             events: std::mem::take(&mut self.cx.events),
             key_id: key.id.clone(),
             outbox: Vec::new(),
+            attempts: Vec::new(),
             subject: None,
         })
     }
