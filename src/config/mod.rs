@@ -19,8 +19,8 @@ mod vocabulary;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
 pub use routes::{Breaker, Retries, RouteSpec, Routes, Strategy, TargetSpec};
+use serde::Deserialize;
 pub use types::{Glob, ListenAddr};
 pub use vocabulary::{ProviderDefaults, ProviderKey, ProviderSpec, ProvidersSection, RouteRule, Vocabulary};
 
@@ -46,7 +46,7 @@ pub struct Config {
     pub upstream: UpstreamSection,
     #[serde(default = "vocabulary::scoped_sections")]
     pub providers: ProvidersSection,
-    #[serde(default = "vocabulary::scoped_routes")]
+    #[serde(default = "routes::scoped")]
     pub routes: Routes,
     #[serde(default)]
     pub pricing: BTreeMap<String, Price>,
@@ -711,7 +711,8 @@ mod tests {
             ],
         };
         let c = Config::parse("server:\n  threads: 3\n", "t.yaml", &ACME).unwrap();
-        let routes: Vec<(&str, &str)> = c.routes.rules.iter().map(|r| (r.model.as_str(), r.provider.as_str())).collect();
+        let routes: Vec<(&str, &str)> =
+            c.routes.rules.iter().map(|r| (r.model.as_str(), r.provider.as_str())).collect();
         assert_eq!(routes, [("acme-*", "acme"), ("zed/*", "zed"), ("z-*", "zed")]);
         assert_eq!(
             c,

@@ -171,6 +171,11 @@ impl<'de> Deserialize<'de> for Routes {
     }
 }
 
+/// The routing table of a file with no `routes:` (serde's default): the vocabulary's rules.
+pub(super) fn scoped() -> Routes {
+    Routes { rules: super::vocabulary::scoped_routes(), models: Vec::new() }
+}
+
 impl Routes {
     /// A file whose `routes:` lists only model routes keeps the default rules.
     pub(super) fn with_default_rules(mut self, vocab: &Vocabulary) -> Routes {

@@ -167,8 +167,8 @@ pub(super) fn scoped_sections() -> ProvidersSection {
 }
 
 /// The routing table of a file with no `routes:`.
-pub(super) fn scoped_routes() -> super::Routes {
-    super::Routes { rules: current().map(|v| v.default_routes()).unwrap_or_default(), models: Vec::new() }
+pub(super) fn scoped_routes() -> Vec<RouteRule> {
+    current().map(|v| v.default_routes()).unwrap_or_default()
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]

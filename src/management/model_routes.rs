@@ -6,7 +6,6 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::handler::{Caller, Handled, Reply, Req};
-use super::listener::percent_decode;
 use super::openapi_parts::{Authenticated, Manager, Missing};
 use crate::app::App;
 use crate::config::RouteSpec;
@@ -36,7 +35,7 @@ fn from_config(route: &RouteSpec) -> RouteView {
 
 /// The model from the path, percent-decoded (a model name may hold `/`, sent as `%2F`).
 fn model_from_path(raw: &str) -> Result<String, ApiError> {
-    let model = percent_decode(raw);
+    let model = percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned();
     crate::config::routes::check_name("model", &model, 256).map_err(ApiError::invalid)?;
     Ok(model)
 }
@@ -61,10 +60,12 @@ pub async fn list(app: &App, caller: &Caller) -> Handled {
 pub async fn get(app: &App, caller: &Caller, model: &str) -> Handled {
     let model = model_from_path(model)?;
     let rows = store::routes::for_tenant(&app.store, caller.tenant()).await?;
-    let found = rows.iter().find(|r| r.model == model).and_then(stored).or_else(|| {
-        app.config.routes.models.iter().find(|c| c.model == model).map(from_config)
-    });
-    let view = found.ok_or_else(|| ApiError::not_found(&format!("route {model}")))?;
+    let found = rows
+        .iter()
+        .find(|r| r.model == model)
+        .and_then(stored)
+        .or_else(|| app.config.routes.models.iter().find(|c| c.model == model).map(from_config));
+    let view = found.ok_or_else(|| ApiError::not_found(&format!("routing for model `{model}`")))?;
     Ok(Reply::json(200, &view))
 }
 
@@ -102,7 +103,7 @@ pub async fn delete(app: &App, caller: &Caller, model: &str) -> Handled {
     let model = model_from_path(model)?;
     store::routes::delete(&app.store, caller.tenant(), &model)
         .await?
-        .ok_or_else(|| ApiError::not_found(&format!("route {model}")))?;
+        .ok_or_else(|| ApiError::not_found(&format!("routing for model `{model}`")))?;
     app.snapshot.changed().await?;
     Ok(Reply::NoContent)
 }

@@ -10,8 +10,8 @@ use utoipa::OpenApi;
 use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
-    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, policies, prompts,
-    model_routes, providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, model_routes, policies,
+    prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
 

@@ -99,7 +99,13 @@ pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handl
 }
 
 /// Encrypts and stores the credential `name` of `provider`; rebuilds the snapshot.
-async fn put_credential(app: &App, caller: &Caller, provider: &str, name: &str, req: &Req) -> Result<CredentialRow, ApiError> {
+async fn put_credential(
+    app: &App,
+    caller: &Caller,
+    provider: &str,
+    name: &str,
+    req: &Req,
+) -> Result<CredentialRow, ApiError> {
     caller.require_manager()?;
     let p = provider_from_path(provider)?;
     let name = credential_name(name)?;
@@ -127,15 +133,13 @@ async fn put_credential(app: &App, caller: &Caller, provider: &str, name: &str, 
 
 /// A credential's name from the path: letters, digits, `.`, `_`, `-`, at most 64.
 fn credential_name(raw: &str) -> Result<String, ApiError> {
-    let name = super::listener::percent_decode(raw);
+    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned();
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     match ok {
         true => Ok(name),
-        false => Err(ApiError::invalid(format!(
-            "credential name `{name}`: 1 to 64 letters, digits, `.`, `_` or `-`"
-        ))),
+        false => Err(ApiError::invalid(format!("credential name `{name}`: 1 to 64 letters, digits, `.`, `_` or `-`"))),
     }
 }
 

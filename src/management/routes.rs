@@ -10,8 +10,8 @@ use std::pin::Pin;
 
 use super::handler::{Caller, Handled, Req};
 use super::{
-    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, openapi, policies,
-    model_routes, prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, keys, log, members, model_routes, openapi,
+    policies, prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
 use Serve::{Keyed, Public};

@@ -1229,6 +1229,7 @@ pub(crate) mod tests {
                 Vec::new()
             },
             subject: i.is_multiple_of(13).then(|| format!("policy-{i}")),
+            attempts: Vec::new(),
             key_id: "key-1".into(),
         }
     }
