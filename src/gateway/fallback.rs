@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::context::Ctx;
 use super::ending::Ending;
 use super::model_call::ModelCall;
+use super::relay::UpstreamOutcome;
 use super::request::serves;
 use super::state::Gateway;
 use crate::error::{ApiError, ErrorKind};
@@ -205,8 +206,12 @@ impl Gateway {
         }
         let send = self.send_upstream(ctx, t.provider, &cred, up);
         let answered = match timeout {
-            Some(d) => tokio::time::timeout(d, send).await.unwrap_or_else(|_| Err(timed_out(t))),
-            None => send.await,
+            Some(d) => tokio::time::timeout(d, send).await.ok(),
+            None => Some(send.await),
+        };
+        let Some(answered) = answered else {
+            ctx.upstream = UpstreamOutcome::Timeout;
+            return Ok(Tried::NoAnswer(timed_out(t)));
         };
         Ok(match answered {
             Ok(resp) => Tried::Answer(resp, provider, model, hide),
