@@ -115,6 +115,7 @@ impl Gateway {
         while let Some((i, admission)) = run.admit() {
             let t = &route.targets[i];
             let _busy = t.health.enter();
+            let _probe = (admission == Admission::Probe).then(|| ProbeGuard(&t.health));
             let sent = Instant::now();
             let tried = self.try_target(session, ctx, &mut call, t, &json, run.attempt_timeout()).await?;
             let ms = sent.elapsed().as_millis() as u64;
@@ -229,6 +230,15 @@ impl Gateway {
     ) -> Ending {
         let relayed = self.relay_model_call(session, ctx, call, wire, resp).await;
         self.relayed(ctx, relayed)
+    }
+}
+
+/// Frees a half-open probe however its try ends (an outcome recorded already freed it).
+struct ProbeGuard<'h>(&'h crate::routing::Health);
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.release_probe();
     }
 }
 

@@ -132,6 +132,12 @@ impl Health {
         self.probing.store(false, Ordering::Release);
     }
 
+    /// A probe that ended without an outcome (the request could not be put into the target's
+    /// API, or its client left): the next request may probe instead.
+    pub fn release_probe(&self) {
+        self.probing.store(false, Ordering::Release);
+    }
+
     /// An answer said the target's request limit is used up until `until_ms`.
     pub fn limited_until(&self, until_ms: i64) {
         self.limited_until_ms.fetch_max(until_ms, Ordering::Relaxed);
