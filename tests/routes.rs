@@ -88,6 +88,14 @@ fn a_fallback_route_answers_from_the_second_target_with_one_receipt() {
         let tries = g.receipt_of(&r)["attempts"].clone();
         assert_eq!((&tries[0]["status"], &tries[1]["model"]), (&json!(0), &json!("gpt-4o-mini")), "{tries}");
 
+        // The rate limit counts client requests, not attempts: two routed requests of two
+        // attempts each fit a limit of 2 a minute; the third does not.
+        let (_, limited) = g.key_with_limits("two-a-minute", &json!({"rpmLimit": 2}));
+        let ask = || g.chat(&limited, &json!({"model": "smart", "messages": [{"role": "user", "content": "hi"}]}));
+        let (first, second) = (ask(), ask());
+        assert_eq!((first.status, attempts(&first), second.status, attempts(&second)), (200, 2, 200, 2));
+        assert_eq!(ask().status, 429);
+
         // A model without a route is served as before, with no attempts header.
         let r = chat(&g, "gpt-4o-mini", false);
         assert_eq!(r.status, 200);

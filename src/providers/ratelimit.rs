@@ -58,4 +58,18 @@ mod tests {
         h.insert("x-ratelimit-remaining-requests", "3".parse().unwrap());
         assert_eq!(x_ratelimit_exhausted(&h, 10), None);
     }
+
+    /// Each provider reads its own headers: Anthropic's reset is a time, OpenAI's a duration.
+    #[test]
+    fn providers_read_their_own_rate_limit_headers() {
+        use crate::providers::{provider, ProviderName};
+        let now = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z").unwrap().timestamp_millis();
+        let mut h = http::HeaderMap::new();
+        h.insert("anthropic-ratelimit-requests-remaining", "0".parse().unwrap());
+        h.insert("anthropic-ratelimit-requests-reset", "2025-01-01T00:00:05Z".parse().unwrap());
+        assert_eq!(provider(ProviderName::Anthropic).requests_exhausted_until(&h, now), Some(now + 5000));
+        assert_eq!(provider(ProviderName::OpenAi).requests_exhausted_until(&h, now), None);
+        h.insert("anthropic-ratelimit-requests-remaining", "7".parse().unwrap());
+        assert_eq!(provider(ProviderName::Anthropic).requests_exhausted_until(&h, now), None);
+    }
 }

@@ -1229,7 +1229,17 @@ pub(crate) mod tests {
                 Vec::new()
             },
             subject: i.is_multiple_of(13).then(|| format!("policy-{i}")),
-            attempts: Vec::new(),
+            attempts: match i.is_multiple_of(3) {
+                true => vec![crate::receipts::Attempt {
+                    provider: "openai",
+                    credential: "default".into(),
+                    model: "gpt-4o".into(),
+                    status: 503,
+                    outcome: "retry",
+                    ms: 12,
+                }],
+                false => Vec::new(),
+            },
             key_id: "key-1".into(),
         }
     }
