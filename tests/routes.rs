@@ -277,6 +277,9 @@ fn named_credentials_are_masked_listed_and_deleted() {
         let names: Vec<String> =
             list.json().as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
         assert_eq!(names, ["backup", "default"], "the seed's credential is `default`");
+        let seed = g.mgmt("GET", "/v1/providers", Some(&g.key), None).json();
+        let openai = seed.as_array().unwrap().iter().find(|p| p["provider"] == "openai").unwrap().clone();
+        assert_ne!(openai["keyHint"], "...9876", "GET /v1/providers shows the `default` credential: {openai}");
         let matching =
             |cond: &str| g.sql(&format!("UPDATE provider_named_credentials SET status = status WHERE {cond}"));
         assert_eq!(matching("name = 'backup'"), 1);

@@ -77,7 +77,7 @@ pub async fn list(app: &App, caller: &Caller) -> Handled {
     let rows = store::providers::for_tenant(&app.store, caller.tenant()).await?;
     let out: Vec<MaskedCredential> = ProviderName::ALL
         .iter()
-        .map(|p| match rows.iter().find(|r| r.provider == p.as_str()) {
+        .map(|p| match rows.iter().find(|r| r.provider == p.as_str() && r.name == store::providers::DEFAULT) {
             Some(r) => masked(r),
             None => MaskedCredential { provider: p.as_str(), status: "unconfigured", key_hint: "", updated_at: None },
         })
