@@ -96,6 +96,25 @@ fn a_fallback_route_answers_from_the_second_target_with_one_receipt() {
         assert_eq!((first.status, attempts(&first), second.status, attempts(&second)), (200, 2, 200, 2));
         assert_eq!(ask().status, 429);
 
+        // A target the tenant's policies refuse (matched with its own provider and model id) is
+        // left out.
+        let deny = "rules:\n  - id: no-fail\n    match: {model: [\"gpt-fail\"]}\n    action: deny\n";
+        let p = g.mgmt(
+            "POST",
+            "/v1/policies",
+            Some(&g.key),
+            Some(&json!({"name": "no-fail", "enabled": true, "yaml": deny})),
+        );
+        assert_eq!(p.status, 201, "{}", p.text());
+        let (fails_before, r) = (seen(&up, "gpt-fail"), chat(&g, "resilient-2", false));
+        assert_eq!(r.status, 400, "no such route yet: {}", r.text());
+        let route =
+            json!({"targets": [target("openai", "default", "gpt-fail"), target("openai", "default", "gpt-4o-mini")]});
+        put_route(&g, "resilient-2", &route);
+        let r = chat(&g, "resilient-2", false);
+        assert_eq!((r.status, attempts(&r)), (200, 1), "{}", r.text());
+        assert_eq!(seen(&up, "gpt-fail"), fails_before, "the refused target is never called");
+
         // A model without a route is served as before, with no attempts header.
         let r = chat(&g, "gpt-4o-mini", false);
         assert_eq!(r.status, 200);

@@ -17,6 +17,8 @@ use super::model_call::ModelCall;
 use super::relay::UpstreamOutcome;
 use super::request::serves;
 use super::state::Gateway;
+use crate::checks::policy::plugin::facts;
+use crate::checks::policy::{Decision, Facts, TenantPolicy};
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::METRICS;
 use crate::providers::{self, Provider};
@@ -160,14 +162,18 @@ impl Gateway {
     /// credential) in the strategy's order, without the ones skipped right now.
     fn plan_run<'r>(&self, ctx: &Ctx, call: &ModelCall, route: &'r ModelRoute) -> Result<Run<'r>, ApiError> {
         let tenant = call.key.tenant_id();
-        let usable = |t: &RouteTarget| {
+        let policy = ctx.snap.policy(tenant);
+        let configured = |t: &RouteTarget| {
             serves(call.route, t.provider) && ctx.snap.credential(tenant, t.provider, &t.credential).is_some()
         };
+        let usable = |t: &RouteTarget| configured(t) && policy_allows(ctx, &policy, t);
+        if !route.targets.iter().any(configured) {
+            let why = format!("route `{}`: no target has its credential set for this tenant", route.model);
+            return Err(ApiError::new(ErrorKind::NotConfigured, why));
+        }
         if !route.targets.iter().any(usable) {
-            return Err(ApiError::new(
-                ErrorKind::NotConfigured,
-                format!("route `{}`: no target has its credential set for this tenant", route.model),
-            ));
+            let why = format!("route `{}`: the tenant's policies allow none of its targets", route.model);
+            return Err(ApiError::new(ErrorKind::PolicyDenied, why));
         }
         let mut order = route.order(now_ms());
         order.retain(|&i| usable(&route.targets[i]));
@@ -231,6 +237,17 @@ impl Gateway {
         let relayed = self.relay_model_call(session, ctx, call, wire, resp).await;
         self.relayed(ctx, relayed)
     }
+}
+
+/// Whether the tenant's policies let the request go to `t`: its allowlist and deny rules,
+/// matched with the target's provider and model id (the checks matched the client's).
+fn policy_allows(ctx: &Ctx, policy: &TenantPolicy, t: &RouteTarget) -> bool {
+    let Some(ex) = ctx.exchange.as_ref() else { return true };
+    if !policy.has_allowlist() && !policy.has_rules() {
+        return true;
+    }
+    let facts = Facts { provider: t.provider.as_str(), model: &t.model, ..facts(ex) };
+    policy.allowlist_violation(&facts).is_none() && policy.evaluate(&facts) == Decision::Allow
 }
 
 /// Frees a half-open probe however its try ends (an outcome recorded already freed it).
