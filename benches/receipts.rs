@@ -37,6 +37,7 @@ fn draft(tenant: &str, i: usize) -> Draft {
         cache: CacheSide::default(),
         events: Vec::new(),
         outbox: Vec::new(),
+        attempts: Vec::new(),
         subject: None,
         key_id: "01a204c8-7a19-7530-9164-000000000001".into(),
     }

@@ -43,7 +43,8 @@
 //!   engine and shared Redis mode; `checks::pipeline` runs them in `checks::ORDER`);
 //!   `providers` (one folder per provider, `translate` between dialects, `pricing`); `receipts`
 //!   (vocabulary, sealing, the writer); `compliance` (attestations, proofs, bundles, packs);
-//!   `tenant_log` (the receipts as one Merkle tree: tiles, checkpoints, proofs); `tool_servers`,
+//!   `tenant_log` (the receipts as one Merkle tree: tiles, checkpoints, proofs); `routing`
+//!   (model routes: targets, strategies, retries, per-target health); `tool_servers`,
 //!   `prompts`, `webhooks`, `keys`
 //! - platform: `store` (queries and rows), `config` (YAML → validated config, env overrides),
 //!   `metrics`, `telemetry` (OTLP export), `upstream` (the pooled HTTP client), `error` (the one
@@ -66,6 +67,7 @@ pub mod process;
 pub mod prompts;
 pub mod providers;
 pub mod receipts;
+pub mod routing;
 pub mod secrets;
 pub mod server;
 pub mod snapshot;

@@ -5,7 +5,8 @@ use std::sync::LazyLock;
 
 use prometheus::{
     register_counter_vec, register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec,
-    register_int_gauge, CounterVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    register_int_gauge, register_int_gauge_vec, CounterVec, Histogram, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec,
 };
 
 pub struct Metrics {
@@ -34,12 +35,28 @@ pub struct Metrics {
     pub log_checkpoints_published: IntCounter,
     pub log_timestamps: IntCounter,
     pub log_timestamp_failures: IntCounterVec,
+    /// Upstream attempts of routed requests, by provider, target and outcome.
+    pub upstream_attempts: IntCounterVec,
+    /// Each route target's breaker: 0 closed, 1 half-open, 2 open.
+    pub target_state: IntGaugeVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    upstream_attempts: register_int_counter_vec!(
+        "tollgate_upstream_attempts_total",
+        "Upstream attempts of routed requests by provider, target (provider/credential/model) and outcome",
+        &["provider", "target", "outcome"]
+    )
+    .expect("register tollgate_upstream_attempts_total"),
+    target_state: register_int_gauge_vec!(
+        "tollgate_target_state",
+        "Route target breaker state: 0 closed (operational), 1 half-open (degraded), 2 open (outage)",
+        &["route", "provider", "credential", "model"]
+    )
+    .expect("register tollgate_target_state"),
     requests: register_int_counter_vec!(
         "tollgate_requests_total",
         "Gateway requests by route, provider and HTTP status",

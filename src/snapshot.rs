@@ -21,6 +21,7 @@ use crate::config::{Config, Glob};
 use crate::providers::pricing::Pricing;
 use crate::providers::ProviderCred;
 use crate::providers::ProviderName;
+use crate::routing::ModelRoute;
 use crate::secrets::at_rest::MasterKey;
 use crate::secrets::Secret;
 use crate::store::{self, keys::KeyRecord, Store, StoreError};
@@ -74,6 +75,11 @@ pub struct Snapshot {
     /// Per tenant, then per provider: looked up by `&str` on every request, without building
     /// an owned key.
     providers: HashMap<String, HashMap<ProviderName, Arc<ProviderCred>>>,
+    /// Named credentials (every name but `default`), per tenant, provider and name.
+    named: HashMap<String, HashMap<ProviderName, HashMap<String, Arc<ProviderCred>>>>,
+    /// Model routes per tenant, by the model name clients use: config's, overlaid by the
+    /// tenant's own. Empty when no route exists anywhere (then a lookup hashes nothing).
+    model_routes: HashMap<String, HashMap<String, Arc<ModelRoute>>>,
     /// Merged policies by tenant id; tenants without any are absent.
     policies: HashMap<String, Arc<TenantPolicy>>,
     /// Compiled enabled API policies by policy id, reused by the next rebuild while unchanged.
@@ -104,6 +110,28 @@ impl Snapshot {
 
     pub fn provider(&self, tenant_id: &str, p: ProviderName) -> Option<&Arc<ProviderCred>> {
         self.providers.get(tenant_id)?.get(&p)
+    }
+
+    /// The tenant's credential `name` for `p` (`default` is the one `PUT /v1/providers/{p}` sets).
+    pub fn credential(&self, tenant_id: &str, p: ProviderName, name: &str) -> Option<&Arc<ProviderCred>> {
+        match name {
+            store::providers::DEFAULT => self.provider(tenant_id, p),
+            _ => self.named.get(tenant_id)?.get(&p)?.get(name),
+        }
+    }
+
+    /// The tenant's route for the model a client asked for. One hash lookup per level, none
+    /// while no route exists.
+    pub fn model_route(&self, tenant_id: &str, model: &str) -> Option<&Arc<ModelRoute>> {
+        if self.model_routes.is_empty() {
+            return None;
+        }
+        self.model_routes.get(tenant_id)?.get(model)
+    }
+
+    /// Every route of every tenant (for `/status` and the metrics).
+    pub fn model_routes(&self) -> impl Iterator<Item = &Arc<ModelRoute>> {
+        self.model_routes.values().flat_map(|by| by.values())
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &Arc<KeyEntry>> {
@@ -165,6 +193,8 @@ impl Snapshot {
         Snapshot {
             keys: HashMap::new(),
             providers: HashMap::new(),
+            named: HashMap::new(),
+            model_routes: HashMap::new(),
             policies: HashMap::new(),
             api_policies: HashMap::new(),
             tenant_names: HashMap::new(),
@@ -237,21 +267,14 @@ impl SnapshotHandle {
         let team_rows = store::teams::all(&self.store).await?;
         let budget_rows = store::budgets::all(&self.store).await?;
         let tool_rows = store::tool_servers::all(&self.store).await?;
+        let route_rows = store::routes::all(&self.store).await?;
         let budgets = Arc::new(BudgetBook::build(&budget_rows, &key_rows, &team_rows));
         let teams = team_rows.into_iter().map(|t| (t.id, t.name)).collect();
 
         let keys = key_entries(&old, key_rows);
 
-        let mut providers = HashMap::new();
-        for row in cred_rows {
-            let Some(p) = ProviderName::parse(&row.provider) else { continue };
-            match crate::providers::encrypted::decrypt(&self.master, &old.config, &row) {
-                Ok(cred) => {
-                    providers.entry(row.tenant_id.clone()).or_insert_with(HashMap::new).insert(p, Arc::new(cred));
-                }
-                Err(e) => log::error!("provider {} of tenant {}: {e}", row.provider, row.tenant_id),
-            }
-        }
+        let (providers, named) = self.credentials(&old, cred_rows);
+        let model_routes = model_routes(&old, &tenants, route_rows);
         let (api_policies, by_tenant) = api_policies(&old, policy_rows);
         let files = self.files.current().compiled();
         let policies = crate::checks::policy::compiled::build_all(&tenants, &by_tenant, &files, &old.policies);
@@ -262,6 +285,8 @@ impl SnapshotHandle {
         let next = Snapshot {
             keys,
             providers,
+            named,
+            model_routes,
             policies,
             api_policies,
             tenant_names,
@@ -279,12 +304,77 @@ impl SnapshotHandle {
     }
 }
 
+/// Default credentials and named ones, per tenant.
+type Credentials = (
+    HashMap<String, HashMap<ProviderName, Arc<ProviderCred>>>,
+    HashMap<String, HashMap<ProviderName, HashMap<String, Arc<ProviderCred>>>>,
+);
+
+impl SnapshotHandle {
+    /// The stored credentials, opened: `default` ones and named ones apart.
+    fn credentials(&self, old: &Snapshot, rows: Vec<store::providers::CredentialRow>) -> Credentials {
+        let (mut providers, mut named) = (HashMap::new(), HashMap::new());
+        for row in rows {
+            let Some(p) = ProviderName::parse(&row.provider) else { continue };
+            let cred = match crate::providers::encrypted::decrypt(&self.master, &old.config, &row) {
+                Ok(cred) => Arc::new(cred),
+                Err(e) => {
+                    log::error!("provider {} credential {} of tenant {}: {e}", row.provider, row.name, row.tenant_id);
+                    continue;
+                }
+            };
+            if row.name == store::providers::DEFAULT {
+                providers.entry(row.tenant_id).or_insert_with(HashMap::new).insert(p, cred);
+            } else {
+                let by: &mut HashMap<ProviderName, HashMap<String, Arc<ProviderCred>>> =
+                    named.entry(row.tenant_id).or_insert_with(HashMap::new);
+                by.entry(p).or_default().insert(row.name, cred);
+            }
+        }
+        (providers, named)
+    }
+}
+
+/// Each tenant's model routes: config's, then the tenant's own (which win). Each target's
+/// health carries over from `old` by tenant, route, provider, credential and model.
+fn model_routes(
+    old: &Snapshot,
+    tenants: &[store::tenants::Tenant],
+    rows: Vec<store::routes::RouteRow>,
+) -> HashMap<String, HashMap<String, Arc<ModelRoute>>> {
+    let mut out: HashMap<String, HashMap<String, Arc<ModelRoute>>> = HashMap::new();
+    if old.config.routes.models.is_empty() && rows.is_empty() {
+        return out;
+    }
+    let mut health: HashMap<String, Arc<crate::routing::Health>> = HashMap::new();
+    for (tenant, by) in &old.model_routes {
+        health.extend(by.values().flat_map(|r| r.health_keys(tenant)));
+    }
+    let of = |k: &str| health.get(k).cloned();
+    for t in tenants {
+        for spec in &old.config.routes.models {
+            let r = ModelRoute::compile(spec, &t.id, &of);
+            out.entry(t.id.clone()).or_default().insert(spec.model.clone(), Arc::new(r));
+        }
+    }
+    for row in rows {
+        match serde_json::from_str::<crate::config::RouteSpec>(&row.spec) {
+            Ok(spec) => {
+                let r = ModelRoute::compile(&spec, &row.tenant_id, &of);
+                out.entry(row.tenant_id).or_default().insert(row.model, Arc::new(r));
+            }
+            Err(e) => log::error!("route {} of tenant {} is not in force: {e}", row.model, row.tenant_id),
+        }
+    }
+    out
+}
+
 /// The routing table with its providers resolved. Config read each key against the providers'
 /// vocabulary, whose names are `ProviderName`'s, so none is dropped unless the config was read
 /// against another vocabulary.
 fn resolve_routes(config: &Config) -> Arc<[(Glob, ProviderName)]> {
-    let mut routes = Vec::with_capacity(config.routes.len());
-    for r in &config.routes {
+    let mut routes = Vec::with_capacity(config.routes.rules.len());
+    for r in &config.routes.rules {
         match ProviderName::parse(r.provider.as_str()) {
             Some(p) => routes.push((r.model.clone(), p)),
             None => log::error!("route `{}` names no known provider `{}`: left out", r.model.as_str(), r.provider),

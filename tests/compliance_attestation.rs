@@ -503,6 +503,7 @@ fn packed_pages_decode_exactly_like_rows() {
                     cache: CacheSide::default(),
                     events: Vec::new(),
                     outbox: Vec::new(),
+                    attempts: Vec::new(),
                     subject: None,
                     key_id: "k".into(),
                 })

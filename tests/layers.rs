@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "checks",
             "providers",
             "receipts",
+            "routing",
             "compliance",
             "tenant_log",
             "tool_servers",

@@ -9,6 +9,7 @@
 mod env;
 mod load;
 pub mod otlp;
+pub mod routes;
 pub mod tenant_log;
 pub mod tool_server;
 mod types;
@@ -18,6 +19,7 @@ mod vocabulary;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use routes::{Breaker, Retries, RouteSpec, Routes, Strategy, TargetSpec};
 use serde::Deserialize;
 pub use types::{Glob, ListenAddr};
 pub use vocabulary::{ProviderDefaults, ProviderKey, ProviderSpec, ProvidersSection, RouteRule, Vocabulary};
@@ -44,8 +46,8 @@ pub struct Config {
     pub upstream: UpstreamSection,
     #[serde(default = "vocabulary::scoped_sections")]
     pub providers: ProvidersSection,
-    #[serde(default = "vocabulary::scoped_routes")]
-    pub routes: Vec<RouteRule>,
+    #[serde(default = "routes::scoped")]
+    pub routes: Routes,
     #[serde(default)]
     pub pricing: BTreeMap<String, Price>,
     #[serde(default)]
@@ -440,7 +442,7 @@ impl Config {
             telemetry: TelemetrySection::default(),
             webhooks: WebhooksSection::default(),
             billing: BillingSection::default(),
-            routes: vocab.default_routes(),
+            routes: Routes { rules: vocab.default_routes(), models: Vec::new() },
             pricing: BTreeMap::new(),
             policies: PoliciesSection::default(),
             tool_servers: Vec::new(),
@@ -451,7 +453,9 @@ impl Config {
     /// an error at its line and column, like any bad value).
     pub fn parse<'a>(text: &str, origin: impl Into<Origin<'a>>, vocab: &Vocabulary) -> Result<Config, ConfigError> {
         let _scope = vocabulary::Scope::enter(vocab);
-        parse_yaml(text, origin)
+        let mut cfg: Config = parse_yaml(text, origin)?;
+        cfg.routes = std::mem::take(&mut cfg.routes).with_default_rules(vocab);
+        Ok(cfg)
     }
 }
 
@@ -571,7 +575,7 @@ mod tests {
         assert_eq!(c.listen.gateway.0.port(), 8080);
         assert_eq!(c.listen.management.0.port(), 8081);
         assert_eq!(c.listen.metrics.to_string(), "127.0.0.1:9090");
-        assert!(c.routes.iter().any(|r| r.provider.as_str() == "anthropic"));
+        assert!(c.routes.rules.iter().any(|r| r.provider.as_str() == "anthropic"));
         let p: PricingFile = parse_yaml(PRICING_YAML, "pricing").unwrap();
         assert!(p.models.contains_key("gpt-4o-mini"));
     }
@@ -707,7 +711,8 @@ mod tests {
             ],
         };
         let c = Config::parse("server:\n  threads: 3\n", "t.yaml", &ACME).unwrap();
-        let routes: Vec<(&str, &str)> = c.routes.iter().map(|r| (r.model.as_str(), r.provider.as_str())).collect();
+        let routes: Vec<(&str, &str)> =
+            c.routes.rules.iter().map(|r| (r.model.as_str(), r.provider.as_str())).collect();
         assert_eq!(routes, [("acme-*", "acme"), ("zed/*", "zed"), ("z-*", "zed")]);
         assert_eq!(
             c,

@@ -20,6 +20,7 @@ impl Config {
         self.check_files()?;
         self.check_outbound()?;
         self.check_log()?;
+        self.routes.check(vocab).map_err(ConfigError::Invalid)?;
         self.check_prices()
     }
 

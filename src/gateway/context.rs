@@ -52,6 +52,8 @@ pub struct Ctx {
     pub(super) tool: Option<Arc<crate::tool_servers::ToolServer>>,
     /// The tool answered with `isError: true` (a result, not a JSON-RPC error).
     pub(super) tool_error: bool,
+    /// A routed request's upstream attempts (empty, unallocated, without a route).
+    pub(super) attempts: Vec<receipts::Attempt>,
 }
 
 impl Ctx {
@@ -63,6 +65,9 @@ impl Ctx {
             h.push(("x-tollgate-receipt-id", self.receipt_id.clone()));
         }
         h.extend(self.cx.headers.iter().cloned());
+        if !self.attempts.is_empty() {
+            h.push(("x-tollgate-attempts", self.attempts.len().to_string()));
+        }
         h
     }
 
@@ -114,6 +119,7 @@ impl Ctx {
             events: std::mem::take(&mut self.cx.events),
             key_id: key.id.clone(),
             outbox: Vec::new(),
+            attempts: std::mem::take(&mut self.attempts),
             subject: None,
         })
     }

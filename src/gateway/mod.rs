@@ -10,6 +10,7 @@ mod checked;
 mod client;
 mod context;
 mod ending;
+mod fallback;
 mod header;
 mod lifecycle;
 mod mcp;

@@ -20,14 +20,17 @@ use crate::providers::translate;
 use crate::providers::Route;
 use crate::providers::{self, Dialect, Provider, Target};
 use crate::receipts::{CheckResult, Kind};
+use crate::routing::ModelRoute;
 use crate::snapshot::KeyEntry;
 use crate::upstream::UpstreamResponse;
 
 /// A model call the admit stage let in: its route, key and parsed request.
 pub(super) struct ModelCall {
-    route: Route,
-    key: Arc<KeyEntry>,
-    parsed: request::ParsedRequest,
+    pub(super) route: Route,
+    pub(super) key: Arc<KeyEntry>,
+    pub(super) parsed: request::ParsedRequest,
+    /// The model route the client's model has, if any (`fallback.rs` forwards it).
+    pub(super) model_route: Option<Arc<ModelRoute>>,
 }
 
 impl ModelCall {
@@ -38,7 +41,7 @@ impl ModelCall {
 
     /// The model the provider addresses by id (Bedrock's path, a translated call); the other
     /// calls carry it in the client's body, and build nothing here.
-    fn upstream_model(&self, ctx: &Ctx) -> String {
+    pub(super) fn upstream_model(&self, ctx: &Ctx) -> String {
         let by_id = self.translated() || matches!(self.route, Route::Converse | Route::ConverseStream);
         match by_id {
             true => request::upstream_model(self.parsed.provider, &ctx.model).to_string(),
@@ -49,7 +52,7 @@ impl ModelCall {
     /// The body the provider gets, and whether the usage-only chunk the gateway asked for on
     /// the client's behalf must be hidden from it. The client's bytes unless the body was
     /// edited (redaction, stream usage) or translated.
-    fn upstream_body(
+    pub(super) fn upstream_body(
         &self,
         ctx: &Ctx,
         provider: &dyn Provider,
@@ -75,7 +78,7 @@ impl ModelCall {
 
     /// Where the call goes on the provider's API. `native_path` is Vertex's own path, as the
     /// client addressed it (its project, region and query).
-    fn target<'a>(&self, native_path: Option<&'a str>, model: &'a str) -> Target<'a> {
+    pub(super) fn target<'a>(&self, native_path: Option<&'a str>, model: &'a str) -> Target<'a> {
         let stream = self.parsed.stream;
         match (native_path, self.route) {
             (Some(path), _) => Target::Native { path, stream },
@@ -118,9 +121,13 @@ impl Checked for ModelCall {
         }
     }
 
-    /// A redaction, a stream that must report usage, or a translation.
+    /// A redaction, a stream that must report usage, a translation, or a route (each target
+    /// names its own model).
     fn edits_body(&self, ex: &Exchange) -> bool {
-        ex.body_changed || (ex.stream && self.route == Route::ChatCompletions) || self.translated()
+        ex.body_changed
+            || (ex.stream && self.route == Route::ChatCompletions)
+            || self.translated()
+            || self.model_route.is_some()
     }
 
     fn refused(&self, _ctx: &mut Ctx, e: ApiError) -> Result<Ending, ApiError> {
@@ -158,7 +165,7 @@ impl Gateway {
         let raw = body::read(session, ctx.snap.config.limits.max_body_bytes).await?;
         let parsed = match &path_model {
             Some(m) => request::parse_native(route, raw, m, &mut ctx.model),
-            None => request::parse(route, raw, &ctx.snap, &mut ctx.model),
+            None => request::parse(route, raw, &ctx.snap, key.tenant_id(), &mut ctx.model),
         };
         let parsed = parsed.inspect_err(|_| {
             // A refused request still names the provider its model routes to, when known.
@@ -173,7 +180,10 @@ impl Gateway {
         if !parsed.refs.is_empty() {
             Box::pin(self.owners.check(key.tenant_id(), &parsed.refs)).await?;
         }
-        Ok(ModelCall { route, key, parsed })
+        // Native paths name their model in the path and are never routed.
+        let model_route =
+            path_model.is_none().then(|| ctx.snap.model_route(key.tenant_id(), &ctx.model).cloned()).flatten();
+        Ok(ModelCall { route, key, parsed, model_route })
     }
 
     /// Forward a model call: the provider's credential, the upstream call, and the relay of
@@ -185,6 +195,9 @@ impl Gateway {
         call: ModelCall,
         json: Option<Value>,
     ) -> Result<Ending, ApiError> {
+        if let Some(route) = call.model_route.clone() {
+            return Box::pin(self.forward_routed(session, ctx, call, json, route)).await;
+        }
         let name = call.parsed.provider;
         let provider = providers::provider(name);
         let cred = self.credential(ctx, &call.key, name)?;
@@ -208,7 +221,7 @@ impl Gateway {
 
     /// Relays the provider's answer to a model call. `wire` is the provider, the model it
     /// served, and whether to hide the usage-only chunk.
-    async fn relay_model_call(
+    pub(super) async fn relay_model_call(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
@@ -250,7 +263,7 @@ impl Gateway {
 
     /// What the relay learnt goes into the request's context (status, usage, cost, the copy
     /// for the cache); its ending is the answer's.
-    fn relayed(&self, ctx: &mut Ctx, relayed: relay::Relayed) -> Ending {
+    pub(super) fn relayed(&self, ctx: &mut Ctx, relayed: relay::Relayed) -> Ending {
         if let Some(t) = ctx.trace.as_mut() {
             t.response_model(relayed.model);
         }

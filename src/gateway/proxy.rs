@@ -57,6 +57,7 @@ impl ProxyHttp for Gateway {
             captured: None,
             tool: None,
             tool_error: false,
+            attempts: Vec::new(),
         }
     }
 

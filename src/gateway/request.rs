@@ -148,7 +148,13 @@ fn printable(field: &str, value: Option<&str>) -> Result<(), ApiError> {
 
 /// Parses and checks the body. `seen_model` learns the model as soon as it is known, so even
 /// a request refused for another field leaves a receipt that names it.
-pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
+pub fn parse(
+    route: Route,
+    raw: Bytes,
+    snap: &Snapshot,
+    tenant: &str,
+    seen_model: &mut String,
+) -> Result<ParsedRequest, ApiError> {
     if route == Route::Responses {
         return parse_responses(raw, snap, seen_model);
     }
@@ -156,14 +162,20 @@ pub fn parse(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String)
         *seen_model = recorded(&model);
         printable("model", Some(&model))?;
         printable("user", user.as_deref())?;
-        let provider = pick_provider(route, &model, snap)?;
+        let provider = pick_provider(route, &model, snap, tenant)?;
         return Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: None, refs: Vec::new() });
     }
-    parse_full(route, raw, snap, seen_model)
+    parse_full(route, raw, snap, tenant, seen_model)
 }
 
 /// Builds and validates the whole JSON tree: the reference behaviour, with its error messages.
-fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Result<ParsedRequest, ApiError> {
+fn parse_full(
+    route: Route,
+    raw: Bytes,
+    snap: &Snapshot,
+    tenant: &str,
+    seen_model: &mut String,
+) -> Result<ParsedRequest, ApiError> {
     let json: Value =
         serde_json::from_slice(&raw).map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
     if !json.is_object() {
@@ -202,7 +214,7 @@ fn parse_full(route: Route, raw: Bytes, snap: &Snapshot, seen_model: &mut String
     printable("model", Some(&model))?;
     let user = body_user(json.get("user"), json.get("metadata"));
     printable("user", user.as_deref())?;
-    let provider = pick_provider(route, &model, snap)?;
+    let provider = pick_provider(route, &model, snap, tenant)?;
     let max_tokens = ["max_tokens", "max_completion_tokens"].iter().find_map(|f| json.get(*f).and_then(Value::as_u64));
     Ok(ParsedRequest { stream, provider, raw, max_tokens, user, json: Some(json), refs: Vec::new() })
 }
@@ -243,7 +255,7 @@ fn parse_responses(raw: Bytes, snap: &Snapshot, seen_model: &mut String) -> Resu
         ));
     }
     let refs = stored::references(&json)?;
-    let provider = pick_provider(Route::Responses, &model, snap)?;
+    let provider = pick_provider(Route::Responses, &model, snap, "")?;
     Ok(ParsedRequest {
         stream: json.get("stream").and_then(Value::as_bool).unwrap_or(false),
         provider,
@@ -297,7 +309,24 @@ pub fn upstream_model(provider: ProviderName, model: &str) -> &str {
     model.strip_prefix(provider.as_str()).and_then(|m| m.strip_prefix('/')).unwrap_or(model)
 }
 
-fn pick_provider(route: Route, model: &str, snap: &Snapshot) -> Result<ProviderName, ApiError> {
+/// Whether a target of a model route can serve a client's route: every provider serves chat
+/// (through translation), the other routes only their own provider.
+pub fn serves(route: Route, provider: ProviderName) -> bool {
+    match route {
+        Route::ChatCompletions => true,
+        Route::Messages | Route::Embeddings => provider == route.default_provider(),
+        _ => false,
+    }
+}
+
+fn pick_provider(route: Route, model: &str, snap: &Snapshot, tenant: &str) -> Result<ProviderName, ApiError> {
+    if let Some(r) = snap.model_route(tenant, model) {
+        // A model route decides; its first target that speaks the client's route is the one
+        // the checks see (the gateway may answer from another).
+        return r.targets.iter().map(|t| t.provider).find(|&p| serves(route, p)).ok_or_else(|| {
+            ApiError::invalid(format!("route `{model}` has no target that serves {}", route.upstream_path()))
+        });
+    }
     let routed = snap.route(model);
     let own = route.default_provider();
     match (route, routed) {
@@ -334,7 +363,7 @@ mod tests {
     }
 
     fn err(route: Route, body: &str) -> String {
-        parse(route, Bytes::from(body.to_string()), &snap(), &mut String::new()).err().unwrap().message
+        parse(route, Bytes::from(body.to_string()), &snap(), "t", &mut String::new()).err().unwrap().message
     }
 
     #[test]
@@ -371,7 +400,7 @@ mod tests {
         let s = snap();
         let body = r#"{"model":"gpt-4o-mini","input":[{"type":"item_reference","id":"msg_1"}],"stream":true,
             "max_output_tokens":64,"previous_response_id":"resp_1"}"#;
-        let p = parse(Route::Responses, Bytes::from(body), &s, &mut String::new()).unwrap();
+        let p = parse(Route::Responses, Bytes::from(body), &s, "t", &mut String::new()).unwrap();
         assert_eq!((p.stream, p.provider, p.max_tokens), (true, ProviderName::OpenAi, Some(64)));
         let ids: Vec<(&str, bool)> = p.refs.iter().map(|r| (r.id.as_str(), r.strict)).collect();
         assert_eq!(ids, [("resp_1", true), ("msg_1", true)]);
@@ -407,8 +436,8 @@ mod tests {
         for body in bodies {
             for route in [Route::ChatCompletions, Route::Messages, Route::Embeddings] {
                 let (mut seen_a, mut seen_b) = (String::new(), String::new());
-                let a = parse(route, Bytes::from(body), &s, &mut seen_a);
-                let b = parse_full(route, Bytes::from(body), &s, &mut seen_b);
+                let a = parse(route, Bytes::from(body), &s, "t", &mut seen_a);
+                let b = parse_full(route, Bytes::from(body), &s, "t", &mut seen_b);
                 match (a, b) {
                     (Ok(a), Ok(b)) => {
                         let view = |p: &ParsedRequest| (p.stream, p.provider, p.max_tokens, p.user.clone());
@@ -428,7 +457,7 @@ mod tests {
     #[test]
     fn routing() {
         let s = snap();
-        let ok = |r, b: &str| parse(r, Bytes::from(b.to_string()), &s, &mut String::new()).unwrap().provider;
+        let ok = |r, b: &str| parse(r, Bytes::from(b.to_string()), &s, "t", &mut String::new()).unwrap().provider;
         assert_eq!(ok(Route::ChatCompletions, r#"{"model":"gpt-4o-mini","messages":[]}"#), ProviderName::OpenAi);
         assert_eq!(
             ok(Route::ChatCompletions, r#"{"model":"claude-sonnet-4-5","messages":[]}"#),

@@ -20,6 +20,7 @@ mod keys;
 mod listener;
 mod log;
 mod members;
+mod model_routes;
 mod nul;
 mod openapi;
 mod openapi_parts;

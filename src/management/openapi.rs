@@ -10,8 +10,8 @@ use utoipa::OpenApi;
 use super::handler::Reply;
 use super::openapi_parts::SharedParts;
 use super::{
-    analytics, audit_events, billing, budget_requests, budgets, compliance, end_users, keys, log, members, policies,
-    prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, end_users, keys, log, members,
+    model_routes, policies, prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::error::ErrorEnvelope;
 
@@ -35,6 +35,13 @@ use crate::error::ErrorEnvelope;
         providers::list,
         providers::put,
         providers::test,
+        providers::list_named,
+        providers::put_named,
+        providers::delete_named,
+        model_routes::list,
+        model_routes::get,
+        model_routes::put,
+        model_routes::delete,
         policies::list,
         policies::create,
         policies::get,
@@ -106,6 +113,7 @@ use crate::error::ErrorEnvelope;
         (name = "meta", description = "Service status and this document; no key needed"),
         (name = "keys", description = "API keys: the secret is shown once, at creation"),
         (name = "providers", description = "Provider credentials, only ever shown masked"),
+        (name = "routes", description = "Model routes: targets, fallbacks, retries and circuit breaking"),
         (name = "policies", description = "Tenant policies (YAML) and the policy files that apply"),
         (name = "receipts", description = "Signed, hash-chained receipts of every gateway request"),
         (name = "analytics", description = "Guardrail events and the response cache"),

@@ -5,7 +5,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::handler::{Caller, Handled, Reply, Req};
-use super::openapi_parts::{string_enum, Authenticated, Manager};
+use super::openapi_parts::{string_enum, Authenticated, Manager, Missing};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::providers::CredentialBody;
@@ -77,7 +77,7 @@ pub async fn list(app: &App, caller: &Caller) -> Handled {
     let rows = store::providers::for_tenant(&app.store, caller.tenant()).await?;
     let out: Vec<MaskedCredential> = ProviderName::ALL
         .iter()
-        .map(|p| match rows.iter().find(|r| r.provider == p.as_str()) {
+        .map(|p| match rows.iter().find(|r| r.provider == p.as_str() && r.name == store::providers::DEFAULT) {
             Some(r) => masked(r),
             None => MaskedCredential { provider: p.as_str(), status: "unconfigured", key_hint: "", updated_at: None },
         })
@@ -94,15 +94,29 @@ pub async fn list(app: &App, caller: &Caller) -> Handled {
     responses((status = 200, description = "The masked credential", body = MaskedCredential),
         Manager, Authenticated))]
 pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handled {
+    let row = put_credential(app, caller, provider, store::providers::DEFAULT, req).await?;
+    Ok(Reply::json(200, &masked(&row)))
+}
+
+/// Encrypts and stores the credential `name` of `provider`; rebuilds the snapshot.
+async fn put_credential(
+    app: &App,
+    caller: &Caller,
+    provider: &str,
+    name: &str,
+    req: &Req,
+) -> Result<CredentialRow, ApiError> {
     caller.require_manager()?;
     let p = provider_from_path(provider)?;
+    let name = credential_name(name)?;
     let body: CredentialBody = req.json()?;
-    let sealed = body.encrypt(p, caller.tenant(), &app.master).map_err(ApiError::invalid)?;
+    let sealed = body.encrypt_named(p, caller.tenant(), &name, &app.master).map_err(ApiError::invalid)?;
     let row = store::providers::upsert(
         &app.store,
         CredentialRow {
             tenant_id: caller.tenant().to_string(),
             provider: p.as_str().to_string(),
+            name: name.clone(),
             sealed: sealed.sealed,
             key_hint: sealed.key_hint,
             base_url: sealed.base_url,
@@ -113,8 +127,87 @@ pub async fn put(app: &App, caller: &Caller, provider: &str, req: &Req) -> Handl
     )
     .await?;
     app.snapshot.changed().await?;
-    log::info!("provider {p} credentials replaced for tenant {}", caller.tenant());
-    Ok(Reply::json(200, &masked(&row)))
+    log::info!("provider {p} credential {name} replaced for tenant {}", caller.tenant());
+    Ok(row)
+}
+
+/// A credential's name from the path: letters, digits, `.`, `_`, `-`, at most 64.
+fn credential_name(raw: &str) -> Result<String, ApiError> {
+    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned();
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    match ok {
+        true => Ok(name),
+        false => Err(ApiError::invalid(format!("credential name `{name}`: 1 to 64 letters, digits, `.`, `_` or `-`"))),
+    }
+}
+
+/// A named credential, masked.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NamedCredential<'a> {
+    name: &'a str,
+    #[schema(value_type = ProviderName)]
+    provider: &'a str,
+    #[schema(value_type = CredentialStatus)]
+    status: &'a str,
+    /// The last 4 characters of the secret.
+    key_hint: &'a str,
+    updated_at: &'a str,
+}
+
+fn named(row: &CredentialRow) -> NamedCredential<'_> {
+    NamedCredential {
+        name: &row.name,
+        provider: &row.provider,
+        status: &row.status,
+        key_hint: &row.key_hint,
+        updated_at: &row.updated_at,
+    }
+}
+
+/// Create or replace a named credential of a provider (manager)
+///
+/// The same fields, masking and encryption as `PUT /v1/providers/{provider}`, which sets the
+/// credential named `default`. Routes name credentials in their targets.
+#[utoipa::path(put, path = "/v1/providers/{provider}/credentials/{name}", operation_id = "putProviderCredential",
+    tag = "providers",
+    params(("provider" = ProviderName, Path), ("name" = String, Path, description = "Credential name")),
+    request_body = CredentialBody,
+    responses((status = 200, description = "The masked credential", body = NamedCredential),
+        Manager, Authenticated))]
+pub async fn put_named(app: &App, caller: &Caller, provider: &str, name: &str, req: &Req) -> Handled {
+    let row = put_credential(app, caller, provider, name, req).await?;
+    Ok(Reply::json(200, &named(&row)))
+}
+
+/// List a provider's credentials, masked
+#[utoipa::path(get, path = "/v1/providers/{provider}/credentials", operation_id = "listProviderCredentials",
+    tag = "providers", params(("provider" = ProviderName, Path)),
+    responses((status = 200, description = "The provider's credentials by name, `default` included when set",
+        body = Vec<NamedCredential>), Authenticated))]
+pub async fn list_named(app: &App, caller: &Caller, provider: &str) -> Handled {
+    let p = provider_from_path(provider)?;
+    let rows = store::providers::for_tenant(&app.store, caller.tenant()).await?;
+    let out: Vec<NamedCredential> = rows.iter().filter(|r| r.provider == p.as_str()).map(named).collect();
+    Ok(Reply::json(200, &out))
+}
+
+/// Delete a named credential (manager)
+#[utoipa::path(delete, path = "/v1/providers/{provider}/credentials/{name}",
+    operation_id = "deleteProviderCredential", tag = "providers",
+    params(("provider" = ProviderName, Path), ("name" = String, Path, description = "Credential name")),
+    responses((status = 204, description = "Deleted"), Missing, Manager, Authenticated))]
+pub async fn delete_named(app: &App, caller: &Caller, provider: &str, name: &str) -> Handled {
+    caller.require_manager()?;
+    let p = provider_from_path(provider)?;
+    let name = credential_name(name)?;
+    store::providers::delete(&app.store, caller.tenant(), p.as_str(), &name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(&format!("credential {name} of provider {p}")))?;
+    app.snapshot.changed().await?;
+    Ok(Reply::NoContent)
 }
 
 /// Test a provider's stored credentials (manager)

@@ -214,6 +214,27 @@ pub(super) struct FullReceipt<'a> {
     receipt_pack_version: &'a str,
     /// Whether the signature and hash verify now against the signing-key registry.
     verified: bool,
+    /// A routed request's upstream tries, in order (not signed; absent without a route).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<AttemptView>)]
+    attempts: Vec<crate::store::routes::AttemptRow>,
+}
+
+/// One upstream try of a routed request.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct AttemptView {
+    provider: String,
+    /// The named credential used.
+    credential: String,
+    /// The provider's model id.
+    model: String,
+    /// The upstream's HTTP status; 0 when it gave none (connect error, timeout).
+    status: u16,
+    /// `ok`, `refused` (a 4xx relayed), `retry` (moved on) or `failed` (the last, failing).
+    outcome: String,
+    /// Milliseconds until the answer's head (or the failure).
+    ms: u64,
 }
 
 /// A receipt of the tenant, or 410 when retention pruned it (docs/log.md §7).
@@ -235,6 +256,7 @@ pub(super) async fn kept(store: &Store, tenant: &str, id: &str) -> Result<Stored
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
     let r = kept(&app.store, caller.tenant(), id).await?;
     let verified = verified(&app.store, &r).await?;
+    let attempts = crate::store::routes::attempts(&app.store, caller.tenant(), id).await?;
     Ok(Reply::json(
         200,
         &FullReceipt {
@@ -245,6 +267,7 @@ pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
             kind: &r.kind,
             receipt_pack_version: &r.pack_version,
             verified,
+            attempts,
         },
     ))
 }

@@ -10,8 +10,8 @@ use std::pin::Pin;
 
 use super::handler::{Caller, Handled, Req};
 use super::{
-    analytics, audit_events, billing, budget_requests, budgets, compliance, end_users, keys, log, members, openapi,
-    policies, prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
+    analytics, audit_events, billing, budget_requests, budgets, compliance, end_users, keys, log, members,
+    model_routes, openapi, policies, prompts, providers, receipts, retention, status, teams, tool_servers, webhooks,
 };
 use crate::app::App;
 use Serve::{Keyed, Public};
@@ -88,6 +88,25 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/providers", Keyed(|c| Box::pin(providers::list(c.app, c.caller)))),
     r("PUT", "/v1/providers/{provider}", Keyed(|c| Box::pin(providers::put(c.app, c.caller, c.params[0], c.req)))),
     r("POST", "/v1/providers/{provider}/test", Keyed(|c| Box::pin(providers::test(c.app, c.caller, c.params[0])))),
+    r(
+        "GET",
+        "/v1/providers/{provider}/credentials",
+        Keyed(|c| Box::pin(providers::list_named(c.app, c.caller, c.params[0]))),
+    ),
+    r(
+        "PUT",
+        "/v1/providers/{provider}/credentials/{name}",
+        Keyed(|c| Box::pin(providers::put_named(c.app, c.caller, c.params[0], c.params[1], c.req))),
+    ),
+    r(
+        "DELETE",
+        "/v1/providers/{provider}/credentials/{name}",
+        Keyed(|c| Box::pin(providers::delete_named(c.app, c.caller, c.params[0], c.params[1]))),
+    ),
+    r("GET", "/v1/routes", Keyed(|c| Box::pin(model_routes::list(c.app, c.caller)))),
+    r("GET", "/v1/routes/{model}", Keyed(|c| Box::pin(model_routes::get(c.app, c.caller, c.params[0])))),
+    r("PUT", "/v1/routes/{model}", Keyed(|c| Box::pin(model_routes::put(c.app, c.caller, c.params[0], c.req)))),
+    r("DELETE", "/v1/routes/{model}", Keyed(|c| Box::pin(model_routes::delete(c.app, c.caller, c.params[0])))),
     r("GET", "/v1/policies", Keyed(|c| Box::pin(policies::list(c.app, c.caller, c.req)))),
     r("POST", "/v1/policies", Keyed(|c| Box::pin(policies::create(c.app, c.caller, c.req)))),
     r("GET", "/v1/policies/{id}", Keyed(|c| Box::pin(policies::get(c.app, c.caller, c.params[0])))),
@@ -226,6 +245,10 @@ const ACTIONS: &[(&str, &str, &str)] = &[
     ("PATCH", "/v1/keys/{id}/limits", "keys.update"),
     ("PUT", "/v1/providers/{provider}", "providers.update"),
     ("POST", "/v1/providers/{provider}/test", "providers.test"),
+    ("PUT", "/v1/providers/{provider}/credentials/{name}", "credentials.update"),
+    ("DELETE", "/v1/providers/{provider}/credentials/{name}", "credentials.delete"),
+    ("PUT", "/v1/routes/{model}", "routes.update"),
+    ("DELETE", "/v1/routes/{model}", "routes.delete"),
     ("POST", "/v1/policies", "policies.create"),
     ("PUT", "/v1/policies/{id}", "policies.update"),
     ("DELETE", "/v1/policies/{id}", "policies.delete"),

@@ -61,6 +61,7 @@ pub async fn get(app: &App) -> Handled {
     let snap = app.snapshot.load();
     components.extend(provider_components(&snap));
     components.extend(tool_server_components(&snap));
+    components.extend(route_target_components(&snap));
     components.push(policies_component(app));
     components.push(webhooks_component(app).await);
     components.push(shared_state_component(app));
@@ -172,6 +173,33 @@ const UNCONFIGURED: &str = "unconfigured";
 
 /// `outage` when a critical component is out, `degraded` when any other is neither operational
 /// nor unconfigured, else `operational`.
+/// Each route target (`route:<model>/<provider>/<credential>`): `operational` (breaker closed),
+/// `degraded` (half-open: the next request probes it) or `outage` (open). A target several
+/// tenants route to under the same names shows the worst of them; no tenant is named.
+fn route_target_components(snap: &Snapshot) -> Vec<Component> {
+    use crate::routing::TargetState;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut by_name: std::collections::BTreeMap<String, TargetState> = std::collections::BTreeMap::new();
+    for route in snap.model_routes() {
+        for t in &route.targets {
+            let state = t.health.state(now);
+            let e = by_name.entry(t.component(&route.model)).or_insert(state);
+            *e = (*e).max_by_gauge(state);
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, state)| {
+            let detail = match state {
+                TargetState::Operational => "breaker closed",
+                TargetState::Degraded => "breaker half-open: the next request probes it",
+                TargetState::Outage => "breaker open: skipped until its cool-down ends",
+            };
+            component(&name, "routes", state.as_str(), false, detail.into())
+        })
+        .collect()
+}
+
 fn overall(components: &[Component]) -> &'static str {
     if components.iter().any(|c| c.critical && c.status == "outage") {
         "outage"

@@ -20,8 +20,13 @@ pub struct EncryptedCredential {
     pub region: Option<String>,
 }
 
-fn context(tenant_id: &str, provider: ProviderName) -> String {
-    format!("{tenant_id}/{provider}")
+/// The associated data: `tenant/provider` for the `default` credential (as the seed had it),
+/// `tenant/provider/name` for a named one.
+fn context(tenant_id: &str, provider: ProviderName, name: &str) -> String {
+    match name {
+        crate::store::providers::DEFAULT => format!("{tenant_id}/{provider}"),
+        _ => format!("{tenant_id}/{provider}/{name}"),
+    }
 }
 
 /// Checks the fields `p` needs, naming every missing one, and refuses the first field that
@@ -49,11 +54,22 @@ impl CredentialBody {
         tenant_id: &str,
         master: &MasterKey,
     ) -> Result<EncryptedCredential, String> {
+        self.encrypt_named(provider_name, tenant_id, crate::store::providers::DEFAULT, master)
+    }
+
+    /// [`CredentialBody::encrypt`] for the credential called `name`.
+    pub fn encrypt_named(
+        &self,
+        provider_name: ProviderName,
+        tenant_id: &str,
+        name: &str,
+        master: &MasterKey,
+    ) -> Result<EncryptedCredential, String> {
         let p = provider(provider_name);
         check_fields(self, p)?;
         let (secret, hint) = p.secret_to_store(self)?;
         Ok(EncryptedCredential {
-            sealed: master.encrypt(secret.to_string().as_bytes(), &context(tenant_id, provider_name)),
+            sealed: master.encrypt(secret.to_string().as_bytes(), &context(tenant_id, provider_name, name)),
             key_hint: hint,
             base_url: self.field("base_url").map(str::to_string),
             region: self.field("region").map(str::to_string),
@@ -64,7 +80,7 @@ impl CredentialBody {
 /// Opens a stored row into what the gateway needs (decrypted key, effective base URL).
 pub fn decrypt(master: &MasterKey, cfg: &Config, row: &CredentialRow) -> Result<ProviderCred, String> {
     let name = ProviderName::parse(&row.provider).ok_or("unknown provider")?;
-    let clear = master.decrypt(&row.sealed, &context(&row.tenant_id, name)).map_err(|e| e.to_string())?;
+    let clear = master.decrypt(&row.sealed, &context(&row.tenant_id, name, &row.name)).map_err(|e| e.to_string())?;
     let secret: serde_json::Value = serde_json::from_slice(&clear).map_err(|_| "stored secret is not JSON")?;
     let region = row.region.clone().unwrap_or_default();
     let p = provider(name);
@@ -139,6 +155,7 @@ mod tests {
         let row = |provider: &str, secret: serde_json::Value, region: Option<&str>| CredentialRow {
             tenant_id: "t1".into(),
             provider: provider.into(),
+            name: "default".into(),
             sealed: mk.encrypt(secret.to_string().as_bytes(), &format!("t1/{provider}")),
             key_hint: String::new(),
             base_url: None,
@@ -170,6 +187,7 @@ mod tests {
         let row = CredentialRow {
             tenant_id: "t1".into(),
             provider: "openai".into(),
+            name: "default".into(),
             sealed: s.sealed,
             key_hint: s.key_hint,
             base_url: s.base_url,

@@ -24,6 +24,7 @@ mod name;
 pub mod openai;
 pub mod pricing;
 mod provider;
+pub(crate) mod ratelimit;
 pub mod route;
 pub mod text;
 pub mod translate;

@@ -111,6 +111,12 @@ pub trait Provider: Sync {
         Ok(credential::api_key_auth(secret))
     }
 
+    /// Whether an answer's headers say the credential's request limit is used up, and until
+    /// when (Unix ms). The `x-ratelimit-*-requests` pair unless the provider says otherwise.
+    fn requests_exhausted_until(&self, headers: &http::HeaderMap, now_ms: i64) -> Option<i64> {
+        super::ratelimit::x_ratelimit_exhausted(headers, now_ms)
+    }
+
     /// The base URL of a credential that names none; `configured` is config's
     /// `providers.<name>.base_url`.
     fn default_base_url(&self, configured: &str, _region: &str) -> String {

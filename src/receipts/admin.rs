@@ -58,6 +58,7 @@ impl Entry {
             events: Vec::new(),
             key_id: actor,
             outbox: Vec::new(),
+            attempts: Vec::new(),
             subject: None,
         };
         Entry { draft, signer }

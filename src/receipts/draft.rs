@@ -34,8 +34,24 @@ pub struct Draft {
     /// Webhook events this request caused (a guardrail block, a budget threshold crossed),
     /// written to the outbox in the receipt's own transaction.
     pub outbox: Vec<crate::store::webhooks::Event>,
+    /// A routed request's upstream attempts, stored beside the receipt in its transaction (not
+    /// signed; docs/decisions/routes.md). Empty without a route.
+    pub attempts: Vec<Attempt>,
     /// The signed `subject` of an `admin` receipt (docs/log.md §8); None on every other kind.
     pub subject: Option<String>,
+}
+
+/// One upstream try of a routed request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub provider: &'static str,
+    pub credential: Arc<str>,
+    pub model: Arc<str>,
+    /// The upstream's HTTP status; 0 when it gave none (connect error, timeout).
+    pub status: u16,
+    /// `ok`, `retry` (moved on), `failed` (the last, failing), `refused` (a 4xx relayed).
+    pub outcome: &'static str,
+    pub ms: u64,
 }
 
 /// The cache's unsigned side channel: `result` is `HIT`, `MISS`, `BYPASS` or empty (no cache).

@@ -25,6 +25,6 @@ pub mod vocabulary;
 pub mod writer;
 
 pub use canonical::Receipt;
-pub use draft::{receipt_ts, CacheSide, Draft, GuardEvent, Kind};
+pub use draft::{receipt_ts, Attempt, CacheSide, Draft, GuardEvent, Kind};
 pub use stored::StoredReceipt;
 pub use vocabulary::{Check, CheckName, CheckResult, Severity, Term, UpstreamStatus};

@@ -145,7 +145,24 @@ fn record<'a>(binder: &mut Binder<'a>, row: &seal::Row<'a>) -> Record {
         .collect();
     let values = COLUMN_VALUES.iter().map(|(_, value)| value(binder, row)).collect();
     let outbox = d.outbox.iter().map(store::webhooks::outbox_values).collect();
-    Record::new(values, events, outbox, d.key_id.clone())
+    let mut r = Record::new(values, events, outbox, d.key_id.clone());
+    r.attempts = d.attempts.iter().enumerate().map(|(n, a)| attempt_values(d, n, a)).collect();
+    r
+}
+
+/// An attempt's `receipt_attempts` values (`store::receipts::ATTEMPT_VALUES`).
+fn attempt_values(d: &super::Draft, n: usize, a: &super::Attempt) -> Vec<Value> {
+    vec![
+        Value::Text(d.receipt_id.as_str().into()),
+        Value::Int(n as i64),
+        Value::Text(d.tenant_id.clone()),
+        Value::Static(a.provider),
+        Value::Text(a.credential.clone()),
+        Value::Text(a.model.clone()),
+        Value::Int(i64::from(a.status)),
+        Value::Static(a.outcome),
+        Value::Int(a.ms.min(i64::MAX as u64) as i64),
+    ]
 }
 
 /// The `signature` column: the raw Ed25519 signature in base64.

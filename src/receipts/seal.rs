@@ -203,6 +203,7 @@ mod tests {
             cache: CacheSide::default(),
             events: Vec::new(),
             outbox: Vec::new(),
+            attempts: Vec::new(),
             subject: None,
             key_id: "key-1".into(),
         }

@@ -31,6 +31,7 @@ pub mod providers;
 pub mod receipts;
 pub mod responses;
 pub mod retention;
+pub mod routes;
 pub mod rows;
 pub mod spans;
 pub mod spend;

@@ -279,6 +279,7 @@ where
         super::tiles::grow_sqlx(&mut tx.tx, growths(&records)).await?;
         tx.insert_events(&records).await?;
         tx.enqueue_outbox(&records).await?;
+        tx.insert_attempts(&records).await?;
         tx.apply_spend(&records, rules).await?;
         for r in batch_ends(&records) {
             tx.set_head(r).await?;
@@ -358,6 +359,14 @@ where
     async fn enqueue_outbox(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
         for values in records.iter().flat_map(|r| &r.outbox) {
             values.iter().fold(sqlx::query::<DB>(super::webhooks::FAN_OUT), bind).execute(&mut *self.tx).await?;
+        }
+        Ok(())
+    }
+
+    /// The attempts of routed requests, beside their receipts.
+    async fn insert_attempts(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
+        for values in records.iter().flat_map(|r| &r.attempts) {
+            values.iter().fold(sqlx::query::<DB>(ATTEMPT_INSERT), bind).execute(&mut *self.tx).await?;
         }
         Ok(())
     }
@@ -554,6 +563,9 @@ pub struct Record {
     /// Webhook outbox rows: [`webhooks::OUTBOX_COLUMNS`](super::webhooks) values.
     #[serde(rename = "o", default, skip_serializing_if = "Vec::is_empty")]
     outbox: Vec<Vec<Value>>,
+    /// `receipt_attempts` rows ([`ATTEMPT_INSERT`]'s binds): a routed request's upstream tries.
+    #[serde(rename = "a", default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Vec<Value>>,
     /// The virtual key whose spend the receipt's cost adds to.
     #[serde(rename = "k")]
     spend_key: Arc<str>,
@@ -595,6 +607,13 @@ const KIND: usize = column("kind");
 const PREV_HASH: usize = column("prev_hash");
 const THIS_HASH: usize = column("this_hash");
 
+/// A routed request's attempt beside its receipt (not signed; docs/decisions/routes.md).
+const ATTEMPT_INSERT: &str = "INSERT INTO receipt_attempts (receipt_id, n, tenant_id, provider, credential, model, \
+                              status, outcome, ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// How many values an attempt of a record holds.
+pub const ATTEMPT_VALUES: usize = 9;
+
 /// How many values a guardrail event of a record holds (every column but `check_name`).
 pub const EVENT_VALUES: usize = 9;
 
@@ -606,7 +625,7 @@ impl Record {
     /// A record of `row` (values in [`RECEIPT_COLUMNS`] order), its guardrail events
     /// ([`EVENT_VALUES`] values each), its webhook outbox rows and the key its cost adds to.
     pub fn new(row: Vec<Value>, events: Vec<Vec<Value>>, outbox: Vec<Vec<Value>>, spend_key: Arc<str>) -> Record {
-        Record { row, events, outbox, spend_key }
+        Record { row, events, outbox, attempts: Vec::new(), spend_key }
     }
 
     fn text(&self, i: usize) -> &str {
@@ -700,6 +719,7 @@ impl Record {
             && matches!(self.row[SEQ], Value::Int(s) if s > 0)
             && self.events.iter().all(|e| e.len() == EVENT_VALUES)
             && self.outbox.iter().all(|o| o.len() == super::webhooks::OUTBOX_COLUMNS)
+            && self.attempts.iter().all(|a| a.len() == ATTEMPT_VALUES)
     }
 }
 
@@ -729,6 +749,11 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         }
         for o in &r.outbox {
             super::webhooks::enqueue_sqlite_values(tx, o).map_err(sqlite_err)?;
+        }
+        for a in &r.attempts {
+            static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| ATTEMPT_INSERT.replace('$', "?"));
+            let mut st = tx.prepare_cached(&SQL).map_err(sqlite_err)?;
+            st.execute(rusqlite::params_from_iter(a.iter())).map_err(sqlite_err)?;
         }
         r.add_spend(&mut spend, rules.spend_periods);
         r.add_end_user(&mut users, rules.spend_periods);
@@ -1241,6 +1266,17 @@ pub(crate) mod tests {
                 Vec::new()
             },
             subject: i.is_multiple_of(13).then(|| format!("policy-{i}")),
+            attempts: match i.is_multiple_of(3) {
+                true => vec![crate::receipts::Attempt {
+                    provider: "openai",
+                    credential: "default".into(),
+                    model: "gpt-4o".into(),
+                    status: 503,
+                    outcome: "retry",
+                    ms: 12,
+                }],
+                false => Vec::new(),
+            },
             key_id: "key-1".into(),
         }
     }

@@ -213,11 +213,17 @@ pub async fn prune_window(
                 "DELETE FROM guardrail_events WHERE tenant_id = $1 AND receipt_id IN \
                  (SELECT receipt_id FROM receipts WHERE {PRUNABLE})"
             );
+            // A routed request's attempts name providers and models: emptied with the receipt.
+            let attempts = format!(
+                "DELETE FROM receipt_attempts WHERE tenant_id = $1 AND receipt_id IN \
+                 (SELECT receipt_id FROM receipts WHERE {PRUNABLE})"
+            );
             let update = format!("UPDATE receipts SET {EMPTIED}, pruned_at = $5 WHERE {PRUNABLE}");
             let bind = |sql: String| {
                 sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t.clone()).bind(from as i64).bind(to as i64).bind(c.clone())
             };
             bind(events).execute(&mut *tx).await?;
+            bind(attempts).execute(&mut *tx).await?;
             let pruned = bind(update).bind(now).execute(&mut *tx).await?.rows_affected();
             if pruned > 0 {
                 raise_pruned_through(&mut tx, &t, (from, to)).await?;

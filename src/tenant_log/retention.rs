@@ -101,9 +101,13 @@ mod tests {
     }
 
     async fn events(store: &Store) -> i64 {
+        count(store, "SELECT COUNT(*) FROM guardrail_events").await
+    }
+
+    async fn count(store: &Store, sql: &'static str) -> i64 {
         store
             .run(|pool, _| async move {
-                let row = sqlx::query("SELECT COUNT(*) FROM guardrail_events").fetch_one(&pool).await?;
+                let row = sqlx::query(sql).fetch_one(&pool).await?;
                 Ok(sqlx::Row::get::<i64, _>(&row, 0))
             })
             .await
@@ -123,6 +127,9 @@ mod tests {
             let before = Hash(tree::root(&store, "t", 300).await.unwrap());
             let leaves = store::tiles::leaves(&store, "t", 0, 300).await.unwrap();
             let (events_before, held_events) = (events(&store).await, (49..60).filter(|i| i % 3 == 0).count());
+            let attempts = || count(&store, "SELECT COUNT(*) FROM receipt_attempts WHERE tenant_id = 't'");
+            let attempts_before = attempts().await;
+            assert_eq!(attempts_before, 100, "a routed receipt's attempts are written with it");
             store::retention::set_days(&store, "t", Some(30), store::now_ts()).await.unwrap();
             let hold = store::retention::HoldRow {
                 id: "h".into(),
@@ -151,6 +158,7 @@ mod tests {
             assert_eq!(Hash(tree::root(&store, "t", 300).await.unwrap()), before);
             let pruned_events = (0..120).filter(|i| i % 3 == 0).count() - held_events;
             assert_eq!(events(&store).await, events_before - pruned_events as i64);
+            assert_eq!(attempts().await, attempts_before - pruned_events as i64, "attempts go with their receipt");
             assert_eq!(store::retention::get(&store, "t").await.unwrap().pruned_through, 120);
 
             // The chain walk links the kept receipts over the pruned ones.

@@ -16,7 +16,8 @@
 //!   Anthropic: `input_tokens` 13 plus `cache_read_input_tokens` read and
 //!   `cache_creation_input_tokens` write, in the JSON answer, in `message_start` and again
 //!   (cumulative, as the API now sends them) in `message_delta`;
-//! - `/v1/responses` and its stored-response calls: [`super::standin_responses`].
+//! - `/v1/responses` and its stored-response calls: [`super::standin_responses`];
+//! - the failures routes fall back from: [`super::standin_routes`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -146,6 +147,11 @@ async fn serve_conn(
         log.lock().unwrap().push(req.clone());
         let refuse = refuse_tokens.load(std::sync::atomic::Ordering::SeqCst);
         match super::standin_cloud::serve(&mut sock, &req, refuse).await? {
+            Some(true) => return Ok(()),
+            Some(false) => continue,
+            None => {}
+        }
+        match super::standin_routes::serve(&mut sock, &req).await? {
             Some(true) => return Ok(()),
             Some(false) => continue,
             None => {}

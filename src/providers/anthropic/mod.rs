@@ -45,6 +45,18 @@ pub struct Anthropic;
 
 #[async_trait]
 impl Provider for Anthropic {
+    /// `anthropic-ratelimit-requests-remaining: 0` with `-reset` (an RFC 3339 time).
+    fn requests_exhausted_until(&self, headers: &http::HeaderMap, now_ms: i64) -> Option<i64> {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        if text("anthropic-ratelimit-requests-remaining") != Some("0") {
+            return crate::providers::ratelimit::x_ratelimit_exhausted(headers, now_ms);
+        }
+        let reset = text("anthropic-ratelimit-requests-reset")
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map_or(now_ms + 1000, |at| at.timestamp_millis());
+        Some(reset.clamp(now_ms, now_ms + crate::providers::ratelimit::RESET_CAP_MS))
+    }
+
     fn name(&self) -> ProviderName {
         ProviderName::Anthropic
     }
