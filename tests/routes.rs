@@ -400,3 +400,60 @@ fn config_routes_take_model_routes_beside_the_default_rules() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("mistral"), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `/status`'s entry of one route target.
+fn target_status(g: &Gateway, name: &str) -> Value {
+    let s = g.mgmt("GET", "/status", None, None).json();
+    s["components"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_recovered_target_closes_its_breaker_through_one_successful_probe() {
+    for b in backends() {
+        let (g, up) = with_standin(&b, &[]);
+        put_credential(&g, "openai", "backup", &up, "sk-backup");
+        // `gpt-recover-2` answers 503 twice, then recovers.
+        let route = json!({"retries": {"attempts": 2, "backoffMs": 0}, "breaker": {"failures": 2, "cooldownSeconds": 1},
+            "targets": [target("openai", "default", "gpt-recover-2"), target("openai", "backup", "gpt-4o-mini")]});
+        put_route(&g, "healing", &route);
+        let name = "route:healing/openai/default";
+        let gauge = |g: &Gateway| g.metric("tollgate_target_state", &["route=\"healing\"", "credential=\"default\""]);
+        for _ in 0..2 {
+            let r = chat(&g, "healing", false);
+            assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+            assert_eq!(g.receipt_of(&r)["model"], "gpt-4o-mini");
+        }
+        assert_eq!(target_status(&g, name)["status"], "outage", "open after two failures in a row");
+        assert_eq!(gauge(&g), 2.0);
+        let r = chat(&g, "healing", false);
+        assert_eq!((r.status, attempts(&r)), (200, 1), "skipped while open");
+        assert_eq!(seen(&up, "gpt-recover-2"), 2);
+
+        // The cool-down ends (waited for, not timed): half-open, and the next request probes.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while target_status(&g, name)["status"] != "degraded" {
+            assert!(std::time::Instant::now() < deadline, "never half-open: {}", target_status(&g, name));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let r = chat(&g, "healing", false);
+        assert_eq!((r.status, attempts(&r)), (200, 1), "{}", r.text());
+        let probe = g.receipt_of(&r);
+        assert_eq!(probe["model"], "gpt-recover-2", "the probe answered: {probe}");
+        assert_eq!((&probe["attempts"][0]["outcome"], &probe["attempts"][0]["status"]), (&json!("ok"), &json!(200)));
+        assert_eq!(target_status(&g, name)["status"], "operational", "a successful probe closes the breaker");
+        assert_eq!(gauge(&g), 0.0);
+
+        // Closed: the traffic is back on the recovered target, the backup rests.
+        let backup = seen(&up, "gpt-4o-mini");
+        for _ in 0..3 {
+            let r = chat(&g, "healing", false);
+            assert_eq!((r.status, attempts(&r)), (200, 1));
+            assert_eq!(g.receipt_of(&r)["model"], "gpt-recover-2");
+        }
+        assert_eq!(seen(&up, "gpt-recover-2"), 6);
+        assert_eq!(seen(&up, "gpt-4o-mini"), backup);
+        let ok = g
+            .metric("tollgate_upstream_attempts_total", &["outcome=\"ok\"", "target=\"openai/default/gpt-recover-2\""]);
+        assert_eq!(ok, 4.0);
+    }
+}
