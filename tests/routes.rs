@@ -457,3 +457,39 @@ fn a_recovered_target_closes_its_breaker_through_one_successful_probe() {
         assert_eq!(ok, 4.0);
     }
 }
+
+#[test]
+fn least_busy_sends_new_requests_past_a_target_holding_one_in_flight() {
+    let (g, up) = with_standin(&Backend::Sqlite, &[]);
+    put_credential(&g, "openai", "fast", &up, "sk-fast");
+    // Listed first, so it wins ties; `gpt-held` keeps its requests until the test lets them go
+    // (a request sent there by mistake fails at its timeout instead of hanging the test).
+    let route = json!({"strategy": "least-busy", "retries": {"attempts": 1, "perAttemptTimeoutMs": 20000},
+        "targets": [target("openai", "default", "gpt-held"), target("openai", "fast", "gpt-4o-mini")]});
+    put_route(&g, "balanced", &route);
+    std::thread::scope(|s| {
+        let slow = s.spawn(|| chat(&g, "balanced", false));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while seen(&up, "gpt-held") < 1 {
+            assert!(std::time::Instant::now() < deadline, "the first request never reached the slow target");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // One request in flight at the slow target, none at the fast one: every new one goes there.
+        for _ in 0..10 {
+            let r = chat(&g, "balanced", false);
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(g.receipt_of(&r)["attempts"][0]["credential"], "fast");
+        }
+        assert_eq!((seen(&up, "gpt-held"), seen(&up, "gpt-4o-mini")), (1, 10));
+        up.release_held(10);
+        let r = slow.join().unwrap();
+        assert_eq!((r.status, g.receipt_of(&r)["model"].as_str()), (200, Some("gpt-held")));
+    });
+    // Nothing in flight any more: the tie goes to the first listed target again (its in-flight
+    // count drops as its request ends, an instant after the client has the answer).
+    let back = (0..5).any(|_| {
+        let r = chat(&g, "balanced", false);
+        g.receipt_of(&r)["attempts"][0]["credential"] == "default"
+    });
+    assert!(back, "the slow target never took a request again once idle");
+}
