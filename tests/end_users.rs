@@ -201,32 +201,39 @@ fn end_user_rpm_is_exact_across_three_instances_with_redis() {
     assert_end_user_refusals(&refused);
 }
 
+/// A `tools/call` of the tool server `search` through gateway `gw`, as `user`.
+fn tool_call(gw: std::net::SocketAddr, key: &str, user: &str, id: u64) -> Resp {
+    let auth = format!("Bearer {key}");
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "search", "arguments": {"q": "a"}}});
+    http::request(
+        gw,
+        "POST",
+        "/mcp/search",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Authorization", &auth),
+            ("Mcp-Session-Id", "s-1"),
+            ("X-Tollgate-Actor", user),
+        ],
+        &serde_json::to_vec(&body).unwrap(),
+    )
+}
+
+fn add_tool_server(g: &Gateway, up: &McpStandin) {
+    let r = g.mgmt("POST", "/v1/tool-servers", Some(&g.key), Some(&json!({"name": "search", "url": up.url()})));
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
 #[test]
 fn the_mcp_route_enforces_the_end_user_limit() {
     let up = McpStandin::start();
     let g = Gateway::start(&Backend::Sqlite, &[]);
-    let r = g.mgmt("POST", "/v1/tool-servers", Some(&g.key), Some(&json!({"name": "search", "url": up.url()})));
-    assert_eq!(r.status, 201, "{}", r.text());
+    add_tool_server(&g, &up);
     let (_, key) = g.key_with_limits("eu-mcp", &json!({"endUserRpmLimit": 1}));
     early_in_a_minute();
-    let rpc = |user: &str, id: u64| {
-        let auth = format!("Bearer {key}");
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "search", "arguments": {"q": "a"}}});
-        http::request(
-            g.gw,
-            "POST",
-            "/mcp/search",
-            &[
-                ("Content-Type", "application/json"),
-                ("Accept", "application/json, text/event-stream"),
-                ("Authorization", &auth),
-                ("Mcp-Session-Id", "s-1"),
-                ("X-Tollgate-Actor", user),
-            ],
-            &serde_json::to_vec(&body).unwrap(),
-        )
-    };
+    let rpc = |user: &str, id: u64| tool_call(g.gw, &key, user, id);
     assert!(rpc("alice", 1).json()["result"].is_object());
     let calls = up.calls().len();
     let v = rpc("alice", 2).json();
@@ -235,6 +242,83 @@ fn the_mcp_route_enforces_the_end_user_limit() {
     assert_eq!(up.calls().len(), calls, "a refused call is not sent");
     assert!(rpc("bob", 3).json()["result"].is_object(), "another end user of the key passes");
     assert_eq!(rpc(&"x".repeat(300), 4).status, 400);
+}
+
+/// 30 concurrent tool calls from three end users over three instances sharing Redis, against
+/// `endUserRpmLimit: 5`: exactly 15 are sent to the tool server.
+#[test]
+fn the_mcp_route_enforces_the_end_user_limit_across_three_instances_with_redis() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let tools = McpStandin::start();
+    let Some((cluster, _up, (_, key))) = three(&env, |g| {
+        add_tool_server(g, &tools);
+        g.key_with_limits("eu-mcp", &json!({"endUserRpmLimit": 5}))
+    }) else {
+        return;
+    };
+    known_everywhere(&cluster.nodes, &key);
+    let gateways = cluster.gateways();
+    early_in_a_minute();
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..30)
+            .map(|n| {
+                let (gw, key) = (gateways[n % 3], key.as_str());
+                // Each end user's calls spread over the three instances (12, 9 and 9 calls).
+                s.spawn(move || tool_call(gw, key, &format!("user-{}", (n / 3) % 3), n as u64).json())
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let passed = answers.iter().filter(|v| v["result"].is_object()).count();
+    assert_eq!(passed, 15, "3 end users x 5 rpm over three instances: {answers:?}");
+    for v in answers.iter().filter(|v| !v["result"].is_object()) {
+        assert!(v["error"]["message"].as_str().unwrap_or_default().contains("end user \"user-"), "{v}");
+    }
+    assert_eq!(tools.calls().len(), 15, "refused calls are not sent");
+}
+
+/// One end user's tokens, used on one instance, count on the others: an answer far over
+/// `endUserTpmLimit` (settled into Redis) leaves that end user no tokens on any instance, while
+/// another end user of the key is served. Per-process windows would let the other instances
+/// admit it.
+#[test]
+fn end_user_tpm_is_shared_across_three_instances_with_redis() {
+    let Some(redis) = machine_redis() else { return };
+    let prefix = fresh_prefix();
+    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let Some((cluster, _up, (id, key))) =
+        three(&env, |g| g.key_with_limits("eu-tpm", &json!({"endUserTpmLimit": 1000})))
+    else {
+        return;
+    };
+    known_everywhere(&cluster.nodes, &key);
+    early_in_a_minute();
+    // Reserves ~20 tokens (max_tokens 10), uses 2 011 (the stand-in's USAGE:2000).
+    let heavy = |gw: std::net::SocketAddr, user: &str| {
+        let auth = format!("Bearer {key}");
+        let body =
+            json!({"model": "gpt-4o-mini", "max_tokens": 10, "messages": [{"role": "user", "content": "USAGE:2000"}]});
+        let h = [("Content-Type", "application/json"), ("Authorization", auth.as_str()), ("X-Tollgate-Actor", user)];
+        http::request(gw, "POST", "/v1/chat/completions", &h, &serde_json::to_vec(&body).unwrap())
+    };
+    let gw = cluster.gateways();
+    assert_eq!(heavy(gw[0], "alice").status, 200);
+    // The settlement reaches Redis after the answer (in a batch): waited for, not timed.
+    let window = format!("{prefix}rl:{id}/alice");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while support::redis::hget(&redis, &window, "tc").parse::<i64>().unwrap_or(0) < 2011 {
+        assert!(Instant::now() < deadline, "the answer's tokens never reached {window}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for g in [gw[1], gw[2], gw[0]] {
+        let r = heavy(g, "alice");
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert!(r.text().contains("end user \\\"alice\\\""), "{}", r.text());
+        assert!(r.header("x-ratelimit-limit-tokens") == Some("1000"), "{:?}", r.headers);
+    }
+    assert_eq!(heavy(gw[1], "bob").status, 200, "another end user has tokens of its own");
 }
 
 /// A chat of gpt-4o for `end_user` that answers 10 000 tokens: $0.10, reserving about as much.
