@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::clock::FakeClock;
 use support::cluster::Cluster;
 use support::redis::{fresh_prefix, machine_redis};
 use support::standin_mcp::McpStandin;
@@ -522,4 +523,119 @@ fn listed_with_paging(b: &Backend) {
     assert_eq!(g.get_json(&other, "/v1/end-users")["data"], json!([]));
     assert_eq!(g.mgmt("GET", &format!("/v1/end-users?keyId={a_id}"), Some(&other), None).status, 404);
     assert_eq!(g.mgmt("GET", "/v1/end-users?cursor=%%%", Some(&g.key), None).status, 400);
+}
+
+/// Seconds from now to about the 11th of next month: a date well inside a month, so that two
+/// minutes on are still in it and 31 days on are in the month after.
+fn inside_next_month() -> i64 {
+    use chrono::{Datelike, TimeZone};
+    let now = chrono::Utc::now();
+    let (y, m) = if now.month() == 12 { (now.year() + 1, 1) } else { (now.year(), now.month() + 1) };
+    let at = chrono::Utc.with_ymd_and_hms(y, m, 11, 0, 0, 0).unwrap();
+    (at - now).num_seconds()
+}
+
+/// Three keys of the tenant (on `g`): `endUserRpmLimit: 30`, a monthly end-user budget of
+/// $0.15 and a total one of $0.15; their secrets.
+fn period_keys(g: &Gateway) -> [String; 3] {
+    let (_, rpm) = g.key_with_limits("eu-rpm", &json!({"endUserRpmLimit": 30}));
+    let (monthly_id, monthly) = g.create_key("eu-monthly");
+    let (total_id, total) = g.create_key("eu-total");
+    for (id, period) in [(&monthly_id, "monthly"), (&total_id, "total")] {
+        end_user_budget(g, json!({"scope": "end_user", "keyId": id, "amountUsd": 0.15, "period": period}));
+    }
+    [rpm, monthly, total]
+}
+
+/// Refused with `want`, the message naming alice.
+fn refused_alice(r: Resp, want: u16) {
+    let m = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert_eq!(r.status, want, "{m}");
+    assert!(m.contains("end user \"alice\""), "{m}");
+}
+
+/// Alice's 30 requests a minute used up over `gateways`: the next is refused on every one.
+fn use_up_alices_window(gateways: &[std::net::SocketAddr], key: &str) {
+    for i in 0..30 {
+        assert_eq!(chat_as(gateways[i % gateways.len()], key, "alice", true).status, 200);
+    }
+    for gw in gateways {
+        refused_alice(chat_as(*gw, key, "alice", true), 429);
+    }
+}
+
+/// Alice's monthly end-user budget resets a month on, her total one never: on `gateways` in
+/// turn, the wall clock moved by `clock` from `base` seconds ahead.
+fn alices_budgets_reset(gateways: &[std::net::SocketAddr], keys: &[String; 3], clock: &FakeClock, base: i64) {
+    let [_, monthly, total] = keys;
+    let mut turn = 0;
+    let mut next = || {
+        turn += 1;
+        gateways[turn % gateways.len()]
+    };
+    for key in [monthly, total] {
+        assert_eq!(dime(next(), key, "alice").status, 200);
+        refused_alice(dime(next(), key, "alice"), 402);
+    }
+    clock.set_offset_seconds(base + 120);
+    refused_alice(dime(next(), monthly, "alice"), 402);
+    clock.set_offset_seconds(base + 31 * 86_400);
+    assert_eq!(dime(next(), monthly, "alice").status, 200, "a new month, a new monthly budget");
+    refused_alice(dime(next(), monthly, "alice"), 402);
+    refused_alice(dime(next(), total, "alice"), 402);
+}
+
+#[test]
+fn end_user_windows_and_monthly_budgets_reset_with_their_period() {
+    let Some(clock) = FakeClock::start() else { return };
+    let base = inside_next_month();
+    clock.set_offset_seconds(base);
+    let (g, _up) = with_standin(&Backend::Sqlite, &clock.env());
+    let keys = period_keys(&g);
+    // The moved clock started at 00:00:00: the burst is early in its minute.
+    use_up_alices_window(&[g.gw], &keys[0]);
+    // Two minutes on (the wall clock moved, nothing waited): a new window.
+    clock.set_offset_seconds(base + 120);
+    assert_eq!(chat_as(g.gw, &keys[0], "alice", true).status, 200, "a new minute, a new window");
+    clock.set_offset_seconds(base);
+    alices_budgets_reset(&[g.gw], &keys, &clock, base);
+    // The budget shows this month's spend: one dime.
+    let listed = g.get_json(&g.key, "/v1/budgets");
+    let monthly = listed["data"].as_array().unwrap().iter().find(|b| b["period"] == "monthly").unwrap().clone();
+    let spent = monthly["spentUsd"].as_f64().unwrap();
+    assert!((0.1..0.11).contains(&spent), "{monthly}");
+}
+
+/// Across three instances sharing Redis. The budget periods follow the gateways' clock (moved,
+/// as above); the rate windows follow Redis's own clock (`TIME`), which the test cannot move
+/// (redis-server's jemalloc and libfaketime do not start together), so the window is waited
+/// for: the next minute's first seconds, at most about a minute.
+#[test]
+fn end_user_windows_and_monthly_budgets_reset_across_three_instances_with_redis() {
+    let Some(clock) = FakeClock::start() else { return };
+    let Some(redis) = machine_redis() else { return };
+    let base = inside_next_month();
+    clock.set_offset_seconds(base);
+    let prefix = fresh_prefix();
+    let mut env = clock.env();
+    env.extend([("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", prefix.as_str())]);
+    let Some((cluster, _up, keys)) = three(&env, period_keys) else { return };
+    for k in &keys {
+        known_everywhere(&cluster.nodes, k);
+    }
+    let gateways = cluster.gateways();
+    alices_budgets_reset(&gateways, &keys, &clock, base);
+
+    early_in_a_minute();
+    use_up_alices_window(&gateways, &keys[0]);
+    // 30 in the previous window weigh 30·(1 − f) at a fraction f of the next one: one more fits
+    // from its second second. Polled (a refused request counts nothing).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut turn = 0;
+    while chat_as(gateways[turn % 3], &keys[0], "alice", true).status != 200 {
+        assert!(Instant::now() < deadline, "alice's window never turned");
+        turn += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(cluster.node(0).metric("tollgate_shared_state_fallbacks_total", &[]), 0.0, "decided in Redis");
 }
