@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::clock::FakeClock;
-use support::cluster::Cluster;
+use support::cluster::{early_in_a_minute, known_everywhere, three, Cluster};
 use support::redis::{fresh_prefix, machine_redis};
 use support::standin_mcp::McpStandin;
-use support::{http, with_standin, Backend, Gateway, Resp, Standin};
+use support::{http, with_standin, Backend, Gateway, Resp};
 
 fn hello() -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
@@ -31,12 +31,18 @@ fn chat_as(gw: std::net::SocketAddr, key: &str, end_user: &str, by_header: bool)
     http::request(gw, "POST", "/v1/chat/completions", &h, &serde_json::to_vec(&body).unwrap())
 }
 
-/// Rate windows are aligned minutes: a burst that must land in one window starts early in one
-/// (the wait is scheduling, not an assertion on time).
-fn early_in_a_minute() {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 % 60_000;
-    if ms > 45_000 {
-        std::thread::sleep(Duration::from_millis(60_000 - ms + 200));
+/// Redis at `redis` under `prefix`. Its timeout is raised from 100 ms: with a dozen gateways
+/// on two busy cores a call can take longer, and an instance that thinks Redis down falls back
+/// to its own windows (`on_redis_down: open`), which is not what these tests are about
+/// (tests/cluster_redis.rs is).
+fn shared_env<'a>(redis: &'a str, prefix: &'a str) -> [(&'static str, &'a str); 3] {
+    [("TOLLGATE_REDIS_URL", redis), ("TOLLGATE_REDIS_PREFIX", prefix), ("TOLLGATE_REDIS_TIMEOUT_MS", "2000")]
+}
+
+/// No instance decided without Redis.
+fn no_fallbacks(cluster: &Cluster) {
+    for g in &cluster.nodes {
+        assert_eq!(g.metric("tollgate_shared_state_fallbacks_total", &[]), 0.0, "{} fell back", g.gw);
     }
 }
 
@@ -164,33 +170,11 @@ fn a_bad_end_user_id_is_a_400() {
     }
 }
 
-/// Three processes sharing Redis and one stand-in provider; `setup` ran on the first.
-fn three<T>(env: &[(&str, &str)], setup: impl FnOnce(&Gateway) -> T) -> Option<(Cluster, Standin, T)> {
-    let up = Standin::start();
-    let (c, made) = Cluster::start_then(3, env, |g| {
-        g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
-        setup(g)
-    })?;
-    Some((c, up, made))
-}
-
-/// Waits until every instance knows `key`.
-fn known_everywhere(all: &[Gateway], key: &str) {
-    for g in all {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let auth = format!("Bearer {key}");
-        while http::request(g.gw, "GET", "/v1/models", &[("authorization", &auth)], b"").status == 401 {
-            assert!(Instant::now() < deadline, "instance {} never accepted the key", g.gw);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
 #[test]
 fn end_user_rpm_is_exact_across_three_instances_with_redis() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let env = shared_env(&redis, &prefix);
     let Some((cluster, _up, (_, key))) = three(&env, |g| g.key_with_limits("eu", &json!({"endUserRpmLimit": 5})))
     else {
         return;
@@ -198,6 +182,7 @@ fn end_user_rpm_is_exact_across_three_instances_with_redis() {
     known_everywhere(&cluster.nodes, &key);
     early_in_a_minute();
     let (ok, refused) = burst(&cluster.gateways(), &key);
+    no_fallbacks(&cluster);
     assert_eq!(ok, 50, "10 end users x 5 rpm over three instances: {refused:?}");
     assert_end_user_refusals(&refused);
 }
@@ -251,7 +236,7 @@ fn the_mcp_route_enforces_the_end_user_limit() {
 fn the_mcp_route_enforces_the_end_user_limit_across_three_instances_with_redis() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let env = shared_env(&redis, &prefix);
     let tools = McpStandin::start();
     let Some((cluster, _up, (_, key))) = three(&env, |g| {
         add_tool_server(g, &tools);
@@ -273,6 +258,7 @@ fn the_mcp_route_enforces_the_end_user_limit_across_three_instances_with_redis()
         calls.into_iter().map(|c| c.join().unwrap()).collect()
     });
     let passed = answers.iter().filter(|v| v["result"].is_object()).count();
+    no_fallbacks(&cluster);
     assert_eq!(passed, 15, "3 end users x 5 rpm over three instances: {answers:?}");
     for v in answers.iter().filter(|v| !v["result"].is_object()) {
         assert!(v["error"]["message"].as_str().unwrap_or_default().contains("end user \"user-"), "{v}");
@@ -288,7 +274,7 @@ fn the_mcp_route_enforces_the_end_user_limit_across_three_instances_with_redis()
 fn end_user_tpm_is_shared_across_three_instances_with_redis() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let env = shared_env(&redis, &prefix);
     let Some((cluster, _up, (id, key))) =
         three(&env, |g| g.key_with_limits("eu-tpm", &json!({"endUserTpmLimit": 1000})))
     else {
@@ -320,6 +306,7 @@ fn end_user_tpm_is_shared_across_three_instances_with_redis() {
         assert!(r.header("x-ratelimit-limit-tokens") == Some("1000"), "{:?}", r.headers);
     }
     assert_eq!(heavy(gw[1], "bob").status, 200, "another end user has tokens of its own");
+    no_fallbacks(&cluster);
 }
 
 /// A chat of gpt-4o for `end_user` that answers 10 000 tokens: $0.10, reserving about as much.
@@ -428,7 +415,7 @@ fn an_end_user_budget_is_overspent_by_at_most_one_reservation() {
 fn an_end_user_budget_is_exact_across_three_instances_with_redis() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    let env = shared_env(&redis, &prefix);
     let Some((cluster, _up, ((id, key), (late_id, late)))) = three(&env, |g| {
         let made = (g.create_key("eu-budget"), g.create_key("eu-late"));
         // Every end user of the tenant's first key: one dollar each.
@@ -466,6 +453,7 @@ fn an_end_user_budget_is_exact_across_three_instances_with_redis() {
     let (n, total, one) = spent_by(g, &late, &late_id, "early");
     assert!(total <= 1.0 + one + 1e-9, "overspent by more than one reservation: ${total:.4} in {n}");
     assert!(n < 15, "the earlier spend counted: {n} answers");
+    no_fallbacks(&cluster);
 }
 
 #[test]
@@ -618,7 +606,7 @@ fn end_user_windows_and_monthly_budgets_reset_across_three_instances_with_redis(
     clock.set_offset_seconds(base);
     let prefix = fresh_prefix();
     let mut env = clock.env();
-    env.extend([("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", prefix.as_str())]);
+    env.extend(shared_env(&redis, &prefix));
     let Some((cluster, _up, keys)) = three(&env, period_keys) else { return };
     for k in &keys {
         known_everywhere(&cluster.nodes, k);
@@ -637,5 +625,5 @@ fn end_user_windows_and_monthly_budgets_reset_across_three_instances_with_redis(
         turn += 1;
         std::thread::sleep(Duration::from_millis(250));
     }
-    assert_eq!(cluster.node(0).metric("tollgate_shared_state_fallbacks_total", &[]), 0.0, "decided in Redis");
+    no_fallbacks(&cluster);
 }
