@@ -493,3 +493,135 @@ fn least_busy_sends_new_requests_past_a_target_holding_one_in_flight() {
     });
     assert!(back, "the slow target never took a request again once idle");
 }
+
+const HAIKU: &str = "anthropic.claude-3-haiku-20240307-v1:0";
+
+/// Bedrock and Vertex credentials `default` and a second one in another region, all on the
+/// stand-in.
+fn cloud_credentials(g: &Gateway, up: &Standin) {
+    for (name, region) in [("default", "us-east-1"), ("west", "us-west-2")] {
+        let body = json!({"access_key_id": "AKIDSTANDINEXAMPLE", "secret_access_key": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYSTANDINKEY",
+            "region": region, "base_url": up.url()});
+        let r = g.mgmt("PUT", &format!("/v1/providers/bedrock/credentials/{name}"), Some(&g.key), Some(&body));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let sa = support::google::service_account(&format!("{}/token", up.url()));
+    for (name, region) in [("default", "europe-west4"), ("us", "us-central1")] {
+        let body = json!({"service_account_json": sa.file.to_string(), "region": region, "base_url": up.url()});
+        let r = g.mgmt("PUT", &format!("/v1/providers/vertex/credentials/{name}"), Some(&g.key), Some(&body));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+/// The stand-in's requests to the cloud APIs (paths under `/model/` or `/v1/projects/`).
+fn cloud_calls(up: &Standin) -> Vec<support::standin::Recorded> {
+    up.requests().into_iter().filter(|r| r.path.starts_with("/model/") || r.path.starts_with("/v1/projects/")).collect()
+}
+
+#[test]
+fn native_bedrock_and_vertex_calls_follow_their_routes() {
+    let (g, up) = with_standin(&Backend::Sqlite, &[]);
+    cloud_credentials(&g, &up);
+    // Bedrock: the first region is down, the second answers; the path names the route.
+    let route = json!({"retries": {"backoffMs": 0}, "targets": [target("bedrock", "default", "anthropic.unavailable-v1:0"),
+        target("bedrock", "west", HAIKU)]});
+    put_route(&g, "house-claude", &route);
+    let body = json!({"messages": [{"role": "user", "content": [{"text": "ECHO:routed|call"}]}],
+        "inferenceConfig": {"maxTokens": 50}});
+    let r = g.post_gw("/bedrock/model/house-claude/converse", &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert_eq!(r.json()["output"]["message"]["content"][0]["text"], "routedcall");
+    let calls = cloud_calls(&up);
+    let [first, second] = &calls[calls.len() - 2..] else { unreachable!() };
+    assert_eq!(first.path, "/model/anthropic.unavailable-v1%3A0/converse");
+    assert!(first.header("authorization").unwrap().contains("/us-east-1/bedrock/aws4_request"));
+    assert_eq!(second.path, format!("/model/{}/converse", HAIKU.replace(':', "%3A")));
+    assert!(
+        second.header("authorization").unwrap().contains("/us-west-2/bedrock/aws4_request"),
+        "signed for its region"
+    );
+    assert!(second.json().get("model").is_none(), "a Converse body carries no model: {}", second.json());
+    let receipt = g.receipt_of(&r);
+    assert_eq!((receipt["provider"].as_str(), receipt["model"].as_str()), (Some("bedrock"), Some(HAIKU)));
+    assert_eq!(
+        (&receipt["attempts"][0]["outcome"], &receipt["attempts"][1]["credential"]),
+        (&json!("retry"), &json!("west"))
+    );
+    // converse-stream falls back before its first frame.
+    let r = g.post_gw("/bedrock/model/house-claude/converse-stream", &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/vnd.amazon.eventstream"));
+    assert!(cloud_calls(&up).last().unwrap().path.ends_with("/converse-stream"));
+
+    // Vertex: the target's credential gives the project and region, the target the model.
+    let route = json!({"retries": {"backoffMs": 0}, "targets": [target("vertex", "default", "gemini-unavailable"),
+        target("vertex", "us", "gemini-2.0-flash")]});
+    put_route(&g, "house-gemini", &route);
+    let path = "/vertex/v1/projects/client-project/locations/anywhere/publishers/google/models/house-gemini";
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "ECHO:gem|ini"}]}]});
+    let r = g.post_gw(&format!("{path}:generateContent"), &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert_eq!(r.json()["candidates"][0]["content"]["parts"][0]["text"], "gemini");
+    let calls = cloud_calls(&up);
+    let want =
+        "/v1/projects/tollgate-test/locations/us-central1/publishers/google/models/gemini-2.0-flash:generateContent";
+    assert_eq!(calls.last().unwrap().path, want);
+    assert_eq!(g.receipt_of(&r)["model"], "gemini-2.0-flash");
+    let r = g.post_gw(&format!("{path}:streamGenerateContent?alt=sse"), &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert!(r.text().starts_with("data: "), "{}", r.text());
+    assert!(cloud_calls(&up).last().unwrap().path.ends_with("gemini-2.0-flash:streamGenerateContent?alt=sse"));
+
+    // A route none of whose targets speaks the native API is refused, not sent elsewhere.
+    put_route(&g, "chat-only", &json!({"targets": [target("openai", "default", "gpt-4o-mini")]}));
+    let r = g.post_gw("/bedrock/model/chat-only/converse", &g.key, body.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Without a route, a native call is as before.
+    let r = g.post_gw(
+        &format!("/bedrock/model/{HAIKU}/converse"),
+        &g.key,
+        br#"{"messages": [{"role": "user", "content": [{"text": "hi"}]}]}"#,
+    );
+    assert_eq!((r.status, r.header("x-tollgate-attempts")), (200, None), "{}", r.text());
+}
+
+/// The checks see a routed request with the first target it may use, and reserve its budget
+/// at its dearest target (the route's own name has no price).
+#[test]
+fn the_checks_see_the_target_a_routed_request_may_use() {
+    let (g, up) = with_standin(&Backend::Sqlite, &[]);
+    // A provider allowlist that refuses the first target: the request goes to the second.
+    let yaml = "allowlist: {providers: [\"anthropic\"]}\n";
+    let p = g.mgmt(
+        "POST",
+        "/v1/policies",
+        Some(&g.key),
+        Some(&json!({"name": "only-anthropic", "enabled": true, "yaml": yaml})),
+    );
+    assert_eq!(p.status, 201, "{}", p.text());
+    let route = json!({"targets": [target("openai", "default", "gpt-4o-mini"), target("anthropic", "default", "claude-3-5-haiku")]});
+    put_route(&g, "allowed", &route);
+    let r = chat(&g, "allowed", false);
+    assert_eq!((r.status, attempts(&r)), (200, 1), "{}", r.text());
+    assert_eq!(g.receipt_of(&r)["provider"], "anthropic");
+    assert_eq!(seen(&up, "gpt-4o-mini"), 0);
+    let only_openai = json!({"targets": [target("openai", "default", "gpt-4o-mini")]});
+    put_route(&g, "refused", &only_openai);
+    assert_eq!(chat(&g, "refused", false).status, 403);
+    let id = p.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(g.mgmt("DELETE", &format!("/v1/policies/{id}"), Some(&g.key), None).status, 204);
+
+    // A $1 budget, 48 concurrent requests through a route to gpt-4o answering $0.10 each: each
+    // reserves at gpt-4o's price, so the budget admits about ten, not all of them.
+    put_route(&g, "dear", &json!({"targets": [target("openai", "default", "gpt-4o")]}));
+    let (_, key) = g.new_key(&g.key, &json!({"label": "one-dollar", "budgetUsd": 1.0}));
+    let body = json!({"model": "dear", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let calls: Vec<_> =
+            (0..6).map(|_| s.spawn(|| (0..8).map(|_| g.chat(&key, &body).status).collect::<Vec<u16>>())).collect();
+        calls.into_iter().flat_map(|c| c.join().unwrap()).collect()
+    });
+    let answered = statuses.iter().filter(|&&s| s == 200).count();
+    assert!(statuses.iter().all(|&s| s == 200 || s == 402), "{statuses:?}");
+    assert!((9..=11).contains(&answered), "about ten dimes in a dollar, not 48: {answered}");
+}
