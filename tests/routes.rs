@@ -213,39 +213,38 @@ fn a_weighted_route_spreads_requests_by_weight_and_least_busy_spreads_concurrent
     assert_eq!(creds, ["key-a", "key-b"]);
 }
 
+/// A gateway with route `name`: `first` (credential `default`), then `gpt-4o-mini` (credential
+/// `backup`), two tries, a breaker opening after two failures for a second.
+fn guarded(b: &Backend, name: &str, first: &str) -> (Gateway, Standin) {
+    let (g, up) = with_standin(b, &[]);
+    put_credential(&g, "openai", "backup", &up, "sk-backup");
+    let route = json!({"retries": {"attempts": 2, "backoffMs": 0}, "breaker": {"failures": 2, "cooldownSeconds": 1},
+        "targets": [target("openai", "default", first), target("openai", "backup", "gpt-4o-mini")]});
+    put_route(&g, name, &route);
+    (g, up)
+}
+
+/// `/status`'s entry of one route target.
+fn target_status(g: &Gateway, name: &str) -> Value {
+    let s = g.mgmt("GET", "/status", None, None).json();
+    s["components"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
 #[test]
 fn a_broken_target_is_skipped_after_n_failures_and_probed_after_the_cool_down() {
     for b in backends() {
-        let (g, up) = with_standin(&b, &[]);
-        put_credential(&g, "openai", "backup", &up, "sk-backup");
-        let route = json!({"retries": {"attempts": 2, "backoffMs": 0}, "breaker": {"failures": 2, "cooldownSeconds": 1},
-            "targets": [target("openai", "default", "gpt-fail"), target("openai", "backup", "gpt-4o-mini")]});
-        put_route(&g, "guarded", &route);
+        let (g, up) = guarded(&b, "guarded", "gpt-fail");
         for _ in 0..2 {
             let r = chat(&g, "guarded", false);
             assert_eq!((r.status, attempts(&r)), (200, 2));
         }
-        let status = |g: &Gateway| -> Value {
-            let s = g.mgmt("GET", "/status", None, None).json();
-            s["components"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["name"] == "route:guarded/openai/default")
-                .cloned()
-                .unwrap()
-        };
+        let status = |g: &Gateway| target_status(g, "route:guarded/openai/default");
         assert_eq!(status(&g)["status"], "outage", "open after 2 failures in a row");
         let before = seen(&up, "gpt-fail");
         let r = chat(&g, "guarded", false);
         assert_eq!((r.status, attempts(&r)), (200, 1), "the open target is skipped");
         assert_eq!(seen(&up, "gpt-fail"), before);
-        let backup = g.mgmt("GET", "/status", None, None).json();
-        assert!(backup["components"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["name"] == "route:guarded/openai/backup" && c["status"] == "operational"));
+        assert_eq!(target_status(&g, "route:guarded/openai/backup")["status"], "operational");
         assert!(
             g.metric("tollgate_upstream_attempts_total", &["outcome=\"retry\"", "target=\"openai/default/gpt-fail\""])
                 >= 2.0
@@ -401,21 +400,11 @@ fn config_routes_take_model_routes_beside_the_default_rules() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// `/status`'s entry of one route target.
-fn target_status(g: &Gateway, name: &str) -> Value {
-    let s = g.mgmt("GET", "/status", None, None).json();
-    s["components"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap_or(Value::Null)
-}
-
 #[test]
 fn a_recovered_target_closes_its_breaker_through_one_successful_probe() {
     for b in backends() {
-        let (g, up) = with_standin(&b, &[]);
-        put_credential(&g, "openai", "backup", &up, "sk-backup");
         // `gpt-recover-2` answers 503 twice, then recovers.
-        let route = json!({"retries": {"attempts": 2, "backoffMs": 0}, "breaker": {"failures": 2, "cooldownSeconds": 1},
-            "targets": [target("openai", "default", "gpt-recover-2"), target("openai", "backup", "gpt-4o-mini")]});
-        put_route(&g, "healing", &route);
+        let (g, up) = guarded(&b, "healing", "gpt-recover-2");
         let name = "route:healing/openai/default";
         let gauge = |g: &Gateway| g.metric("tollgate_target_state", &["route=\"healing\"", "credential=\"default\""]);
         for _ in 0..2 {

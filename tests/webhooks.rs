@@ -247,12 +247,18 @@ fn a_deleted_endpoint_gets_nothing_more() {
     }
 }
 
-#[test]
-fn budget_guardrail_and_request_events() {
+/// A gateway on SQLite sending to a fresh receiver, its tenant's `openai` on a stand-in.
+fn with_receiver() -> (support::Standin, Receiver, Gateway) {
     let up = support::Standin::start();
     let rx = Receiver::ok();
     let g = Gateway::start(&Backend::Sqlite, &env("1000"));
     g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
+    (up, rx, g)
+}
+
+#[test]
+fn budget_guardrail_and_request_events() {
+    let (_up, rx, g) = with_receiver();
     let all = [
         "budget.threshold_reached",
         "budget.exceeded",
@@ -346,10 +352,7 @@ fn budget_guardrail_and_request_events() {
 /// naming the end user (`endUser`) beside the budget's own scope id.
 #[test]
 fn end_user_budget_events_name_the_end_user() {
-    let up = support::Standin::start();
-    let rx = Receiver::ok();
-    let g = Gateway::start(&Backend::Sqlite, &env("1000"));
-    g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
+    let (_up, rx, g) = with_receiver();
     let (_, secret) = endpoint(&g, &rx.url("/eu"), &["budget.threshold_reached", "budget.exceeded"]);
     let (key_id, key) = g.create_key("product");
     let body = json!({"scope": "end_user", "keyId": key_id, "amountUsd": 0.01, "period": "monthly"});
