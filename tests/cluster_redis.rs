@@ -7,20 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::cluster::Cluster;
+use support::cluster::{early_in_a_minute, known_everywhere, three};
 use support::redis::{fresh_prefix, machine_redis, OwnRedis};
 use support::{fresh_postgres, http, Backend, Gateway, Standin};
-
-/// Three processes sharing `env` (Redis) and one stand-in provider; `setup` ran on the first
-/// before the other two started (support::cluster).
-fn three<T>(env: &[(&str, &str)], setup: impl FnOnce(&Gateway) -> T) -> Option<(Cluster, Standin, T)> {
-    let up = Standin::start();
-    let (c, made) = Cluster::start_then(3, env, |g| {
-        g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
-        setup(g)
-    })?;
-    Some((c, up, made))
-}
 
 const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
@@ -40,30 +29,8 @@ fn limited_key(g: &Gateway, label: &str, settings: Value) -> (String, String) {
     (id, key)
 }
 
-/// Rate windows are aligned minutes: a burst that must land in one window starts early in one
-/// (the wait is scheduling, not an assertion on time).
-fn early_in_a_minute() {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 % 60_000;
-    if ms > 45_000 {
-        std::thread::sleep(Duration::from_millis(60_000 - ms + 200));
-    }
-}
-
 fn hello() -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
-}
-
-/// Waits until every instance knows `key` (a key made on one reaches the others with the
-/// next snapshot change), with a request that passes no check that counts.
-fn known_everywhere(all: &[Gateway], key: &str) {
-    for g in all {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let auth = format!("Bearer {key}");
-        while http::request(g.gw, "GET", "/v1/models", &[("authorization", &auth)], b"").status == 401 {
-            assert!(Instant::now() < deadline, "instance {} never accepted the key", g.gw);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
 }
 
 #[test]

@@ -213,39 +213,38 @@ fn a_weighted_route_spreads_requests_by_weight_and_least_busy_spreads_concurrent
     assert_eq!(creds, ["key-a", "key-b"]);
 }
 
+/// A gateway with route `name`: `first` (credential `default`), then `gpt-4o-mini` (credential
+/// `backup`), two tries, a breaker opening after two failures for a second.
+fn guarded(b: &Backend, name: &str, first: &str) -> (Gateway, Standin) {
+    let (g, up) = with_standin(b, &[]);
+    put_credential(&g, "openai", "backup", &up, "sk-backup");
+    let route = json!({"retries": {"attempts": 2, "backoffMs": 0}, "breaker": {"failures": 2, "cooldownSeconds": 1},
+        "targets": [target("openai", "default", first), target("openai", "backup", "gpt-4o-mini")]});
+    put_route(&g, name, &route);
+    (g, up)
+}
+
+/// `/status`'s entry of one route target.
+fn target_status(g: &Gateway, name: &str) -> Value {
+    let s = g.mgmt("GET", "/status", None, None).json();
+    s["components"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
 #[test]
 fn a_broken_target_is_skipped_after_n_failures_and_probed_after_the_cool_down() {
     for b in backends() {
-        let (g, up) = with_standin(&b, &[]);
-        put_credential(&g, "openai", "backup", &up, "sk-backup");
-        let route = json!({"retries": {"attempts": 2, "backoffMs": 0}, "breaker": {"failures": 2, "cooldownSeconds": 1},
-            "targets": [target("openai", "default", "gpt-fail"), target("openai", "backup", "gpt-4o-mini")]});
-        put_route(&g, "guarded", &route);
+        let (g, up) = guarded(&b, "guarded", "gpt-fail");
         for _ in 0..2 {
             let r = chat(&g, "guarded", false);
             assert_eq!((r.status, attempts(&r)), (200, 2));
         }
-        let status = |g: &Gateway| -> Value {
-            let s = g.mgmt("GET", "/status", None, None).json();
-            s["components"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["name"] == "route:guarded/openai/default")
-                .cloned()
-                .unwrap()
-        };
+        let status = |g: &Gateway| target_status(g, "route:guarded/openai/default");
         assert_eq!(status(&g)["status"], "outage", "open after 2 failures in a row");
         let before = seen(&up, "gpt-fail");
         let r = chat(&g, "guarded", false);
         assert_eq!((r.status, attempts(&r)), (200, 1), "the open target is skipped");
         assert_eq!(seen(&up, "gpt-fail"), before);
-        let backup = g.mgmt("GET", "/status", None, None).json();
-        assert!(backup["components"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["name"] == "route:guarded/openai/backup" && c["status"] == "operational"));
+        assert_eq!(target_status(&g, "route:guarded/openai/backup")["status"], "operational");
         assert!(
             g.metric("tollgate_upstream_attempts_total", &["outcome=\"retry\"", "target=\"openai/default/gpt-fail\""])
                 >= 2.0
@@ -399,4 +398,219 @@ fn config_routes_take_model_routes_beside_the_default_rules() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("mistral"), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_recovered_target_closes_its_breaker_through_one_successful_probe() {
+    for b in backends() {
+        // `gpt-recover-2` answers 503 twice, then recovers.
+        let (g, up) = guarded(&b, "healing", "gpt-recover-2");
+        let name = "route:healing/openai/default";
+        let gauge = |g: &Gateway| g.metric("tollgate_target_state", &["route=\"healing\"", "credential=\"default\""]);
+        for _ in 0..2 {
+            let r = chat(&g, "healing", false);
+            assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+            assert_eq!(g.receipt_of(&r)["model"], "gpt-4o-mini");
+        }
+        assert_eq!(target_status(&g, name)["status"], "outage", "open after two failures in a row");
+        assert_eq!(gauge(&g), 2.0);
+        let r = chat(&g, "healing", false);
+        assert_eq!((r.status, attempts(&r)), (200, 1), "skipped while open");
+        assert_eq!(seen(&up, "gpt-recover-2"), 2);
+
+        // The cool-down ends (waited for, not timed): half-open, and the next request probes.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while target_status(&g, name)["status"] != "degraded" {
+            assert!(std::time::Instant::now() < deadline, "never half-open: {}", target_status(&g, name));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let r = chat(&g, "healing", false);
+        assert_eq!((r.status, attempts(&r)), (200, 1), "{}", r.text());
+        let probe = g.receipt_of(&r);
+        assert_eq!(probe["model"], "gpt-recover-2", "the probe answered: {probe}");
+        assert_eq!((&probe["attempts"][0]["outcome"], &probe["attempts"][0]["status"]), (&json!("ok"), &json!(200)));
+        assert_eq!(target_status(&g, name)["status"], "operational", "a successful probe closes the breaker");
+        assert_eq!(gauge(&g), 0.0);
+
+        // Closed: the traffic is back on the recovered target, the backup rests.
+        let backup = seen(&up, "gpt-4o-mini");
+        for _ in 0..3 {
+            let r = chat(&g, "healing", false);
+            assert_eq!((r.status, attempts(&r)), (200, 1));
+            assert_eq!(g.receipt_of(&r)["model"], "gpt-recover-2");
+        }
+        assert_eq!(seen(&up, "gpt-recover-2"), 6);
+        assert_eq!(seen(&up, "gpt-4o-mini"), backup);
+        let ok = g
+            .metric("tollgate_upstream_attempts_total", &["outcome=\"ok\"", "target=\"openai/default/gpt-recover-2\""]);
+        assert_eq!(ok, 4.0);
+    }
+}
+
+#[test]
+fn least_busy_sends_new_requests_past_a_target_holding_one_in_flight() {
+    let (g, up) = with_standin(&Backend::Sqlite, &[]);
+    put_credential(&g, "openai", "fast", &up, "sk-fast");
+    // Listed first, so it wins ties; `gpt-held` keeps its requests until the test lets them go
+    // (a request sent there by mistake fails at its timeout instead of hanging the test).
+    let route = json!({"strategy": "least-busy", "retries": {"attempts": 1, "perAttemptTimeoutMs": 20000},
+        "targets": [target("openai", "default", "gpt-held"), target("openai", "fast", "gpt-4o-mini")]});
+    put_route(&g, "balanced", &route);
+    std::thread::scope(|s| {
+        let slow = s.spawn(|| chat(&g, "balanced", false));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while seen(&up, "gpt-held") < 1 {
+            assert!(std::time::Instant::now() < deadline, "the first request never reached the slow target");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // One request in flight at the slow target, none at the fast one: every new one goes there.
+        for _ in 0..10 {
+            let r = chat(&g, "balanced", false);
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(g.receipt_of(&r)["attempts"][0]["credential"], "fast");
+        }
+        assert_eq!((seen(&up, "gpt-held"), seen(&up, "gpt-4o-mini")), (1, 10));
+        up.release_held(10);
+        let r = slow.join().unwrap();
+        assert_eq!((r.status, g.receipt_of(&r)["model"].as_str()), (200, Some("gpt-held")));
+    });
+    // Nothing in flight any more: the tie goes to the first listed target again (its in-flight
+    // count drops as its request ends, an instant after the client has the answer).
+    let back = (0..5).any(|_| {
+        let r = chat(&g, "balanced", false);
+        g.receipt_of(&r)["attempts"][0]["credential"] == "default"
+    });
+    assert!(back, "the slow target never took a request again once idle");
+}
+
+const HAIKU: &str = "anthropic.claude-3-haiku-20240307-v1:0";
+
+/// Bedrock and Vertex credentials `default` and a second one in another region, all on the
+/// stand-in.
+fn cloud_credentials(g: &Gateway, up: &Standin) {
+    for (name, region) in [("default", "us-east-1"), ("west", "us-west-2")] {
+        let body = json!({"access_key_id": "AKIDSTANDINEXAMPLE", "secret_access_key": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYSTANDINKEY",
+            "region": region, "base_url": up.url()});
+        let r = g.mgmt("PUT", &format!("/v1/providers/bedrock/credentials/{name}"), Some(&g.key), Some(&body));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let sa = support::google::service_account(&format!("{}/token", up.url()));
+    for (name, region) in [("default", "europe-west4"), ("us", "us-central1")] {
+        let body = json!({"service_account_json": sa.file.to_string(), "region": region, "base_url": up.url()});
+        let r = g.mgmt("PUT", &format!("/v1/providers/vertex/credentials/{name}"), Some(&g.key), Some(&body));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+/// The stand-in's requests to the cloud APIs (paths under `/model/` or `/v1/projects/`).
+fn cloud_calls(up: &Standin) -> Vec<support::standin::Recorded> {
+    up.requests().into_iter().filter(|r| r.path.starts_with("/model/") || r.path.starts_with("/v1/projects/")).collect()
+}
+
+#[test]
+fn native_bedrock_and_vertex_calls_follow_their_routes() {
+    let (g, up) = with_standin(&Backend::Sqlite, &[]);
+    cloud_credentials(&g, &up);
+    // Bedrock: the first region is down, the second answers; the path names the route.
+    let route = json!({"retries": {"backoffMs": 0}, "targets": [target("bedrock", "default", "anthropic.unavailable-v1:0"),
+        target("bedrock", "west", HAIKU)]});
+    put_route(&g, "house-claude", &route);
+    let body = json!({"messages": [{"role": "user", "content": [{"text": "ECHO:routed|call"}]}],
+        "inferenceConfig": {"maxTokens": 50}});
+    let r = g.post_gw("/bedrock/model/house-claude/converse", &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert_eq!(r.json()["output"]["message"]["content"][0]["text"], "routedcall");
+    let calls = cloud_calls(&up);
+    let [first, second] = &calls[calls.len() - 2..] else { unreachable!() };
+    assert_eq!(first.path, "/model/anthropic.unavailable-v1%3A0/converse");
+    assert!(first.header("authorization").unwrap().contains("/us-east-1/bedrock/aws4_request"));
+    assert_eq!(second.path, format!("/model/{}/converse", HAIKU.replace(':', "%3A")));
+    assert!(
+        second.header("authorization").unwrap().contains("/us-west-2/bedrock/aws4_request"),
+        "signed for its region"
+    );
+    assert!(second.json().get("model").is_none(), "a Converse body carries no model: {}", second.json());
+    let receipt = g.receipt_of(&r);
+    assert_eq!((receipt["provider"].as_str(), receipt["model"].as_str()), (Some("bedrock"), Some(HAIKU)));
+    assert_eq!(
+        (&receipt["attempts"][0]["outcome"], &receipt["attempts"][1]["credential"]),
+        (&json!("retry"), &json!("west"))
+    );
+    // converse-stream falls back before its first frame.
+    let r = g.post_gw("/bedrock/model/house-claude/converse-stream", &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/vnd.amazon.eventstream"));
+    assert!(cloud_calls(&up).last().unwrap().path.ends_with("/converse-stream"));
+
+    // Vertex: the target's credential gives the project and region, the target the model.
+    let route = json!({"retries": {"backoffMs": 0}, "targets": [target("vertex", "default", "gemini-unavailable"),
+        target("vertex", "us", "gemini-2.0-flash")]});
+    put_route(&g, "house-gemini", &route);
+    let path = "/vertex/v1/projects/client-project/locations/anywhere/publishers/google/models/house-gemini";
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "ECHO:gem|ini"}]}]});
+    let r = g.post_gw(&format!("{path}:generateContent"), &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert_eq!(r.json()["candidates"][0]["content"]["parts"][0]["text"], "gemini");
+    let calls = cloud_calls(&up);
+    let want =
+        "/v1/projects/tollgate-test/locations/us-central1/publishers/google/models/gemini-2.0-flash:generateContent";
+    assert_eq!(calls.last().unwrap().path, want);
+    assert_eq!(g.receipt_of(&r)["model"], "gemini-2.0-flash");
+    let r = g.post_gw(&format!("{path}:streamGenerateContent?alt=sse"), &g.key, body.to_string().as_bytes());
+    assert_eq!((r.status, attempts(&r)), (200, 2), "{}", r.text());
+    assert!(r.text().starts_with("data: "), "{}", r.text());
+    assert!(cloud_calls(&up).last().unwrap().path.ends_with("gemini-2.0-flash:streamGenerateContent?alt=sse"));
+
+    // A route none of whose targets speaks the native API is refused, not sent elsewhere.
+    put_route(&g, "chat-only", &json!({"targets": [target("openai", "default", "gpt-4o-mini")]}));
+    let r = g.post_gw("/bedrock/model/chat-only/converse", &g.key, body.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Without a route, a native call is as before.
+    let r = g.post_gw(
+        &format!("/bedrock/model/{HAIKU}/converse"),
+        &g.key,
+        br#"{"messages": [{"role": "user", "content": [{"text": "hi"}]}]}"#,
+    );
+    assert_eq!((r.status, r.header("x-tollgate-attempts")), (200, None), "{}", r.text());
+}
+
+/// The checks see a routed request with the first target it may use, and reserve its budget
+/// at its dearest target (the route's own name has no price).
+#[test]
+fn the_checks_see_the_target_a_routed_request_may_use() {
+    let (g, up) = with_standin(&Backend::Sqlite, &[]);
+    // A provider allowlist that refuses the first target: the request goes to the second.
+    let yaml = "allowlist: {providers: [\"anthropic\"]}\n";
+    let p = g.mgmt(
+        "POST",
+        "/v1/policies",
+        Some(&g.key),
+        Some(&json!({"name": "only-anthropic", "enabled": true, "yaml": yaml})),
+    );
+    assert_eq!(p.status, 201, "{}", p.text());
+    let route = json!({"targets": [target("openai", "default", "gpt-4o-mini"), target("anthropic", "default", "claude-3-5-haiku")]});
+    put_route(&g, "allowed", &route);
+    let r = chat(&g, "allowed", false);
+    assert_eq!((r.status, attempts(&r)), (200, 1), "{}", r.text());
+    assert_eq!(g.receipt_of(&r)["provider"], "anthropic");
+    assert_eq!(seen(&up, "gpt-4o-mini"), 0);
+    let only_openai = json!({"targets": [target("openai", "default", "gpt-4o-mini")]});
+    put_route(&g, "refused", &only_openai);
+    assert_eq!(chat(&g, "refused", false).status, 403);
+    let id = p.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(g.mgmt("DELETE", &format!("/v1/policies/{id}"), Some(&g.key), None).status, 204);
+
+    // A $1 budget, 48 concurrent requests through a route to gpt-4o answering $0.10 each: each
+    // reserves at gpt-4o's price, so the budget admits about ten, not all of them.
+    put_route(&g, "dear", &json!({"targets": [target("openai", "default", "gpt-4o")]}));
+    let (_, key) = g.new_key(&g.key, &json!({"label": "one-dollar", "budgetUsd": 1.0}));
+    let body = json!({"model": "dear", "max_tokens": 10000, "messages": [{"role": "user", "content": "USAGE:10000"}]});
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let calls: Vec<_> =
+            (0..6).map(|_| s.spawn(|| (0..8).map(|_| g.chat(&key, &body).status).collect::<Vec<u16>>())).collect();
+        calls.into_iter().flat_map(|c| c.join().unwrap()).collect()
+    });
+    let answered = statuses.iter().filter(|&&s| s == 200).count();
+    assert!(statuses.iter().all(|&s| s == 200 || s == 402), "{statuses:?}");
+    assert!((9..=11).contains(&answered), "about ten dimes in a dollar, not 48: {answered}");
 }

@@ -247,12 +247,18 @@ fn a_deleted_endpoint_gets_nothing_more() {
     }
 }
 
-#[test]
-fn budget_guardrail_and_request_events() {
+/// A gateway on SQLite sending to a fresh receiver, its tenant's `openai` on a stand-in.
+fn with_receiver() -> (support::Standin, Receiver, Gateway) {
     let up = support::Standin::start();
     let rx = Receiver::ok();
     let g = Gateway::start(&Backend::Sqlite, &env("1000"));
     g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
+    (up, rx, g)
+}
+
+#[test]
+fn budget_guardrail_and_request_events() {
+    let (_up, rx, g) = with_receiver();
     let all = [
         "budget.threshold_reached",
         "budget.exceeded",
@@ -340,6 +346,54 @@ fn budget_guardrail_and_request_events() {
     let failed = verify(of_type(&got, "provider.test_failed")[0], &secret);
     assert_eq!(failed["data"]["provider"], "anthropic");
     assert!(!failed.to_string().contains("sk-ant-x"), "{failed}");
+}
+
+/// Issue 42: an end-user budget sends the budget events too, once per threshold and end user,
+/// naming the end user (`endUser`) beside the budget's own scope id.
+#[test]
+fn end_user_budget_events_name_the_end_user() {
+    let (_up, rx, g) = with_receiver();
+    let (_, secret) = endpoint(&g, &rx.url("/eu"), &["budget.threshold_reached", "budget.exceeded"]);
+    let (key_id, key) = g.create_key("product");
+    let body = json!({"scope": "end_user", "keyId": key_id, "amountUsd": 0.01, "period": "monthly"});
+    let budget = g.mgmt("POST", "/v1/budgets", Some(&g.key), Some(&body));
+    assert_eq!(budget.status, 201, "{}", budget.text());
+    let budget_id = budget.json()["id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(400));
+    // One answer of 100 000 completion tokens ($0.06) takes an end user past both thresholds.
+    let big = |user: Option<&str>| {
+        let mut b = json!({"model": "gpt-4o-mini", "max_tokens": 1,
+            "messages": [{"role": "user", "content": "USAGE:100000"}]});
+        if let Some(u) = user {
+            b["user"] = json!(u);
+        }
+        g.post_gw("/v1/chat/completions", &key, b.to_string().as_bytes())
+    };
+    assert_eq!(big(None).status, 200, "no end user: no end-user budget");
+    assert_eq!(big(Some("alice")).status, 200);
+    let of = |got: &[Received], kind: &str, user: &str| -> Vec<Value> {
+        of_type(got, kind).iter().map(|r| verify(r, &secret)).filter(|e| e["data"]["endUser"] == user).collect()
+    };
+    let got = rx.wait_for(Duration::from_secs(20), |r| {
+        of_type(r, "budget.exceeded").len() + of_type(r, "budget.threshold_reached").len() >= 2
+    });
+    let (reached, exceeded) = (of(&got, "budget.threshold_reached", "alice"), of(&got, "budget.exceeded", "alice"));
+    assert_eq!((reached.len(), exceeded.len()), (1, 1), "{got:?}");
+    for e in [&reached[0], &exceeded[0]] {
+        let d = &e["data"];
+        assert_eq!((d["budgetId"].as_str(), d["scope"].as_str()), (Some(budget_id.as_str()), Some("end_user")), "{e}");
+        assert_eq!((d["scopeId"].as_str(), d["keyId"].as_str()), (Some(key_id.as_str()), Some(key_id.as_str())));
+        assert!(d["spentUsd"].as_f64().unwrap() > 0.05, "{e}");
+    }
+    assert_eq!(reached[0]["data"]["thresholdPercent"], 80);
+    // Refused now (spent): nothing more for alice. Bob has a budget of his own to cross.
+    assert_eq!(big(Some("alice")).status, 402);
+    assert_eq!(big(Some("bob")).status, 200);
+    let got = rx.wait_for(Duration::from_secs(20), |r| of_type(r, "budget.exceeded").len() >= 2);
+    assert_eq!(of(&got, "budget.exceeded", "bob").len(), 1, "{got:?}");
+    assert_eq!(of(&got, "budget.threshold_reached", "bob").len(), 1, "{got:?}");
+    assert_eq!(of(&got, "budget.exceeded", "alice").len(), 1, "each end user crosses once");
+    assert!(got.iter().all(|r| r.json()["data"]["endUser"].is_string()), "events without an end user: {got:?}");
 }
 
 #[test]

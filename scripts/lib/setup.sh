@@ -161,3 +161,14 @@ ensure_openssl() {
   command -v openssl >/dev/null && return 0
   _setup_apt_install openssl || _setup_say "the openssl command is missing (Debian: apt-get install openssl)"
 }
+
+# tests/end_users.rs moves the server's wall clock with libfaketime (LD_PRELOAD; the product has
+# no clock setting: tests/support/clock.rs). Without root this only reports: those tests then
+# skip unless TOLLGATE_REQUIRE_FAKETIME=1.
+ensure_faketime() {
+  local lib
+  for lib in /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1; do
+    [ -e "$lib" ] && return 0
+  done
+  _setup_apt_install libfaketime || _setup_say "libfaketime missing (Debian: apt-get install libfaketime)"
+}

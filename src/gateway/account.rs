@@ -9,7 +9,8 @@ use super::ending::Ending;
 use super::mcp::tool_label;
 use super::relay::UpstreamOutcome;
 use super::state::Gateway;
-use crate::checks::pipeline::Outcome;
+use crate::checks::budget::Crossing;
+use crate::checks::pipeline::{Exchange, Outcome};
 use crate::config::CommitMode;
 use crate::error::ErrorKind;
 use crate::metrics::{self, METRICS};
@@ -83,27 +84,46 @@ impl Gateway {
             out.push(Event::new(key.tenant_id(), "guardrail.blocked", data));
         }
         if let (Some(ex), true) = (ctx.exchange.as_ref(), ctx.cost_usd > 0.0) {
-            let limits = ctx.snap.budgets.limits_for(ex.tenant_id(), ex.key_id(), ex.team_id());
-            if !limits.is_empty() {
-                let share = f64::from(self.app.config.webhooks.budget_threshold_percent) / 100.0;
-                for c in self.app.ledger.crossings(&limits, ctx.cost_usd, share, ex.now) {
-                    let kind = if c.level == "exceeded" { "budget.exceeded" } else { "budget.threshold_reached" };
-                    let data = serde_json::json!({
-                        "budgetId": c.limit.budget_id,
-                        "scope": c.limit.scope,
-                        "scopeId": c.limit.scope_id,
-                        "period": c.limit.period.as_str(),
-                        "amountUsd": c.limit.amount_usd,
-                        "spentUsd": c.spent_usd,
-                        "thresholdPercent": if c.level == "exceeded" { 100 } else { self.app.config.webhooks.budget_threshold_percent },
-                        "receiptId": ctx.receipt_id,
-                        "keyId": &*key.id,
-                    });
-                    out.push(Event::new(key.tenant_id(), kind, data));
-                }
-            }
+            out.extend(self.budget_events(ctx, ex, &key.id));
         }
         out
+    }
+
+    /// `budget.threshold_reached` / `budget.exceeded` for each budget this request's cost takes
+    /// across a threshold: the key's, its team's and its tenant's, and the end-user budgets of
+    /// its end user (those name the end user: `endUser`, with `scopeId` the budget's own).
+    fn budget_events(&self, ctx: &Ctx, ex: &Exchange, key_id: &str) -> Vec<crate::store::webhooks::Event> {
+        use crate::store::webhooks::Event;
+        let limits =
+            ctx.snap.budgets.limits_with_end_user(ex.tenant_id(), ex.key_id(), ex.team_id(), ex.end_user.as_deref());
+        if limits.is_empty() {
+            return Vec::new();
+        }
+        let percent = self.app.config.webhooks.budget_threshold_percent;
+        let crossings = self.app.ledger.crossings(&limits, ctx.cost_usd, f64::from(percent) / 100.0, ex.now);
+        let event = |c: Crossing| {
+            let exceeded = c.level == "exceeded";
+            let mut data = serde_json::json!({
+                "budgetId": c.limit.budget_id,
+                "scope": c.limit.scope,
+                "scopeId": c.limit.scope_id,
+                "period": c.limit.period.as_str(),
+                "amountUsd": c.limit.amount_usd,
+                "spentUsd": c.spent_usd,
+                "thresholdPercent": if exceeded { 100 } else { percent },
+                "receiptId": ctx.receipt_id,
+                "keyId": key_id,
+            });
+            if c.limit.scope == "end_user" {
+                // `key:<id>/<endUser>`: the budget's scope id is the owner's bare id.
+                let (owner, user) = c.limit.scope_id.split_once('/').unwrap_or_default();
+                data["scopeId"] = owner.split_once(':').map_or(owner, |(_, id)| id).into();
+                data["endUser"] = user.into();
+            }
+            let kind = if exceeded { "budget.exceeded" } else { "budget.threshold_reached" };
+            Event::new(ex.tenant_id(), kind, data)
+        };
+        crossings.into_iter().map(event).collect()
     }
 
     /// What this request adds to the counters: its checks (UPSTREAM too), tokens, cost and cache

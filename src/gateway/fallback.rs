@@ -15,13 +15,11 @@ use super::context::Ctx;
 use super::ending::Ending;
 use super::model_call::ModelCall;
 use super::relay::UpstreamOutcome;
-use super::request::serves;
+use super::request::{serves, target_allowed, upstream_model};
 use super::state::Gateway;
-use crate::checks::policy::plugin::facts;
-use crate::checks::policy::{Decision, Facts, TenantPolicy};
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::METRICS;
-use crate::providers::{self, Provider};
+use crate::providers::{self, Provider, Target};
 use crate::receipts::Attempt;
 use crate::routing::retry::{backoff, retry_after, retryable_status};
 use crate::routing::{Admission, ModelRoute, RouteTarget};
@@ -166,7 +164,8 @@ impl Gateway {
         let configured = |t: &RouteTarget| {
             serves(call.route, t.provider) && ctx.snap.credential(tenant, t.provider, &t.credential).is_some()
         };
-        let usable = |t: &RouteTarget| configured(t) && policy_allows(ctx, &policy, t);
+        let allowed = |t: &RouteTarget| ctx.exchange.as_ref().is_none_or(|ex| target_allowed(ex, &policy, t));
+        let usable = |t: &RouteTarget| configured(t) && allowed(t);
         if !route.targets.iter().any(configured) {
             let why = format!("route `{}`: no target has its credential set for this tenant", route.model);
             return Err(ApiError::new(ErrorKind::NotConfigured, why));
@@ -201,13 +200,23 @@ impl Gateway {
         ctx.model.push_str(&t.model);
         ctx.body_changed = true;
         let provider = providers::provider(t.provider);
-        let model = call.upstream_model(ctx);
+        // A native path names its model in the path: the target's goes into the provider's own
+        // (Bedrock's against the credential's region, Vertex's with its project and region).
+        let native = call.route.native_provider().is_some();
+        let model = match native {
+            true => upstream_model(t.provider, &t.model).to_string(),
+            false => call.upstream_model(ctx),
+        };
         let mut j = json.clone();
-        if let Some(o) = j.as_object_mut() {
+        if let (false, Some(o)) = (native, j.as_object_mut()) {
             o.insert("model".into(), Value::String(t.model.to_string()));
         }
         let (body, hide) = call.upstream_body(ctx, provider, &model, Some(j))?;
-        let mut up = self.prepare_call(session, ctx, provider, &cred, call.target(None, &model), body).await?;
+        let target = match native {
+            true => Target::Model { model: &model, stream: call.parsed.stream },
+            false => call.target(None, &model),
+        };
+        let mut up = self.prepare_call(session, ctx, provider, &cred, target, body).await?;
         if let Some(tr) = &ctx.trace {
             tr.propagate(&mut up.headers);
         }
@@ -237,17 +246,6 @@ impl Gateway {
         let relayed = self.relay_model_call(session, ctx, call, wire, resp).await;
         self.relayed(ctx, relayed)
     }
-}
-
-/// Whether the tenant's policies let the request go to `t`: its allowlist and deny rules,
-/// matched with the target's provider and model id (the checks matched the client's).
-fn policy_allows(ctx: &Ctx, policy: &TenantPolicy, t: &RouteTarget) -> bool {
-    let Some(ex) = ctx.exchange.as_ref() else { return true };
-    if !policy.has_allowlist() && !policy.has_rules() {
-        return true;
-    }
-    let facts = Facts { provider: t.provider.as_str(), model: &t.model, ..facts(ex) };
-    policy.allowlist_violation(&facts).is_none() && policy.evaluate(&facts) == Decision::Allow
 }
 
 /// Frees a half-open probe however its try ends (an outcome recorded already freed it).

@@ -182,6 +182,7 @@ impl Checked for ToolCall {
             body_changed: false,
             no_cache: true,
             now: chrono::Utc::now(),
+            priced_as: None,
         }
     }
 

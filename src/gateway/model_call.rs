@@ -18,9 +18,9 @@ use crate::checks::pipeline::{self, Cached, Exchange, JsonBody};
 use crate::error::ApiError;
 use crate::providers::translate;
 use crate::providers::Route;
-use crate::providers::{self, Dialect, Provider, Target};
+use crate::providers::{self, Dialect, Provider, Target, Usage};
 use crate::receipts::{CheckResult, Kind};
-use crate::routing::ModelRoute;
+use crate::routing::{ModelRoute, RouteTarget};
 use crate::snapshot::KeyEntry;
 use crate::upstream::UpstreamResponse;
 
@@ -89,6 +89,28 @@ impl ModelCall {
     }
 }
 
+impl ModelCall {
+    /// A routed request as the checks see it: the provider of the first target it may use
+    /// (serves its route, has its credential, passes the tenant's allowlist and deny rules with
+    /// its own provider and model id; else the first that serves), and its budget reservation
+    /// priced at the dearest of those targets (the client's model name has no price).
+    fn route_view(&mut self, ctx: &Ctx, ex: &mut Exchange, route: &ModelRoute) {
+        let tenant = self.key.tenant_id();
+        let policy = ctx.snap.policy(tenant);
+        let usable = |t: &&RouteTarget| {
+            request::serves(self.route, t.provider) && ctx.snap.credential(tenant, t.provider, &t.credential).is_some()
+        };
+        if let Some(t) = route.targets.iter().filter(usable).find(|t| request::target_allowed(ex, &policy, t)) {
+            ex.provider = t.provider.as_str().into();
+            self.parsed.provider = t.provider;
+        }
+        let usage = Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap());
+        let cost = |t: &&RouteTarget| ctx.snap.pricing.cost(&t.model, &usage);
+        let dearest = route.targets.iter().filter(usable).max_by(|a, b| cost(a).total_cmp(&cost(b)));
+        ex.priced_as = dearest.map(|t| t.model.to_string());
+    }
+}
+
 impl Checked for ModelCall {
     fn exchange(&mut self, session: &Session, ctx: &Ctx) -> Exchange {
         let headers = &session.req_header().headers;
@@ -97,7 +119,7 @@ impl Checked for ModelCall {
                 v.split(',').any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "no-cache" | "no-store"))
             });
         let parsed = &mut self.parsed;
-        Exchange {
+        let mut ex = Exchange {
             snap: ctx.snap.clone(),
             key: self.key.clone(),
             end_user: ctx.end_user.as_deref().map(Into::into),
@@ -118,7 +140,12 @@ impl Checked for ModelCall {
             body_changed: false,
             no_cache,
             now: chrono::Utc::now(),
+            priced_as: None,
+        };
+        if let Some(route) = self.model_route.clone() {
+            self.route_view(ctx, &mut ex, &route);
         }
+        ex
     }
 
     /// A redaction, a stream that must report usage, a translation, or a route (each target
@@ -180,9 +207,14 @@ impl Gateway {
         if !parsed.refs.is_empty() {
             Box::pin(self.owners.check(key.tenant_id(), &parsed.refs)).await?;
         }
-        // Native paths name their model in the path and are never routed.
-        let model_route =
-            path_model.is_none().then(|| ctx.snap.model_route(key.tenant_id(), &ctx.model).cloned()).flatten();
+        // `/v1/responses` is never routed (`request::serves`); a native path's model is its path's.
+        let model_route = match route {
+            Route::Responses => None,
+            _ => ctx.snap.model_route(key.tenant_id(), &ctx.model).cloned(),
+        };
+        if let (Some(r), Some(_)) = (&model_route, &path_model) {
+            request::first_serving(route, r)?;
+        }
         Ok(ModelCall { route, key, parsed, model_route })
     }
 

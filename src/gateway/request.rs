@@ -4,9 +4,13 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::stored::{self, StoredRef};
+use crate::checks::pipeline::Exchange;
+use crate::checks::policy::plugin::facts;
+use crate::checks::policy::{Decision, Facts, TenantPolicy};
 use crate::error::ApiError;
 use crate::providers::ProviderName;
 use crate::providers::Route;
+use crate::routing::{ModelRoute, RouteTarget};
 use crate::snapshot::Snapshot;
 
 pub struct ParsedRequest {
@@ -310,22 +314,40 @@ pub fn upstream_model(provider: ProviderName, model: &str) -> &str {
 }
 
 /// Whether a target of a model route can serve a client's route: every provider serves chat
-/// (through translation), the other routes only their own provider.
+/// (through translation), the other routes (messages, embeddings, the native Bedrock and Vertex
+/// paths) only their own provider. `/v1/responses` is never routed: its stored responses live
+/// in the account that made them (docs/decisions/routes.md).
 pub fn serves(route: Route, provider: ProviderName) -> bool {
     match route {
         Route::ChatCompletions => true,
-        Route::Messages | Route::Embeddings => provider == route.default_provider(),
-        _ => false,
+        Route::Responses => false,
+        _ => provider == route.default_provider(),
     }
+}
+
+/// The provider of a route's first target that serves the client's route, or the 400 that
+/// says none does.
+pub fn first_serving(route: Route, r: &ModelRoute) -> Result<ProviderName, ApiError> {
+    r.targets.iter().map(|t| t.provider).find(|&p| serves(route, p)).ok_or_else(|| {
+        ApiError::invalid(format!("route `{}` has no target that serves {}", r.model, route.upstream_path()))
+    })
+}
+
+/// Whether the tenant's policies let the request go to `t`: its allowlist and deny rules,
+/// matched with the target's provider and model id (the checks match the client's model).
+pub fn target_allowed(ex: &Exchange, policy: &TenantPolicy, t: &RouteTarget) -> bool {
+    if !policy.has_allowlist() && !policy.has_rules() {
+        return true;
+    }
+    let facts = Facts { provider: t.provider.as_str(), model: &t.model, ..facts(ex) };
+    policy.allowlist_violation(&facts).is_none() && policy.evaluate(&facts) == Decision::Allow
 }
 
 fn pick_provider(route: Route, model: &str, snap: &Snapshot, tenant: &str) -> Result<ProviderName, ApiError> {
     if let Some(r) = snap.model_route(tenant, model) {
-        // A model route decides; its first target that speaks the client's route is the one
-        // the checks see (the gateway may answer from another).
-        return r.targets.iter().map(|t| t.provider).find(|&p| serves(route, p)).ok_or_else(|| {
-            ApiError::invalid(format!("route `{model}` has no target that serves {}", route.upstream_path()))
-        });
+        // A model route decides; the checks see the first target the request may use
+        // (`ModelCall::exchange`), the gateway may answer from another.
+        return first_serving(route, r);
     }
     let routed = snap.route(model);
     let own = route.default_provider();

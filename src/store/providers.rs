@@ -41,34 +41,50 @@ fn from_row(r: &AnyRow) -> Result<CredentialRow, sqlx::Error> {
     })
 }
 
-/// Creates or replaces a tenant's credential for one provider; returns the stored row.
+/// What an upsert of either table sets on conflict.
+macro_rules! credential_update {
+    () => {
+        " DO UPDATE SET sealed = excluded.sealed, key_hint = excluded.key_hint, base_url = excluded.base_url, \
+         region = excluded.region, status = excluded.status, updated_at = excluded.updated_at"
+    };
+}
+
+const UPSERT_DEFAULT: &str = concat!(
+    "INSERT INTO provider_credentials (tenant_id, provider, sealed, key_hint, base_url, region, status, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (tenant_id, provider)",
+    credential_update!()
+);
+
+const UPSERT_NAMED: &str = concat!(
+    "INSERT INTO provider_named_credentials (tenant_id, provider, name, sealed, key_hint, base_url, region, status, \
+     updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (tenant_id, provider, name)",
+    credential_update!()
+);
+
+/// Creates or replaces a tenant's credential for one provider; returns the stored row. The
+/// `default` credential lives in `provider_credentials` (the write's subject is the provider),
+/// the named ones in `provider_named_credentials` (subject `provider/name`).
 pub async fn upsert(store: &Store, mut row: CredentialRow) -> Result<CredentialRow, StoreError> {
     row.updated_at = now_ts();
-    if row.name != DEFAULT {
-        return upsert_named(store, row).await;
-    }
+    let named = row.name != DEFAULT;
+    let subject = if named { format!("{}/{}", row.provider, row.name) } else { row.provider.clone() };
     let r = row.clone();
     store
         .write(move |tx, _| {
             Box::pin(async move {
-                sqlx::query(
-                    "INSERT INTO provider_credentials (tenant_id, provider, sealed, key_hint, base_url, region, status, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (tenant_id, provider) DO UPDATE SET sealed = excluded.sealed, \
-                     key_hint = excluded.key_hint, base_url = excluded.base_url, region = excluded.region, \
-                     status = excluded.status, updated_at = excluded.updated_at",
-                )
-                .bind(r.tenant_id)
-                .bind(r.provider)
-                .bind(r.sealed)
-                .bind(r.key_hint)
-                .bind(r.base_url)
-                .bind(r.region)
-                .bind(r.status)
-                .bind(r.updated_at)
-                .execute(&mut **tx)
-                .await?;
-                Ok(Changed::to(row.provider.clone(), row))
+                let q = match named {
+                    true => sqlx::query(UPSERT_NAMED).bind(r.tenant_id).bind(r.provider).bind(r.name),
+                    false => sqlx::query(UPSERT_DEFAULT).bind(r.tenant_id).bind(r.provider),
+                };
+                q.bind(r.sealed)
+                    .bind(r.key_hint)
+                    .bind(r.base_url)
+                    .bind(r.region)
+                    .bind(r.status)
+                    .bind(r.updated_at)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(Changed::to(subject, row))
             })
         })
         .await
@@ -124,36 +140,6 @@ pub async fn set_status(
                     super::webhooks::enqueue::<sqlx::Any>(&mut **tx, ev).await?;
                 }
                 Ok(Changed::to(p, ()))
-            })
-        })
-        .await
-}
-
-/// [`upsert`] of a credential other than `default`. The write's subject is `provider/name`.
-async fn upsert_named(store: &Store, row: CredentialRow) -> Result<CredentialRow, StoreError> {
-    let r = row.clone();
-    store
-        .write(move |tx, _| {
-            Box::pin(async move {
-                sqlx::query(
-                    "INSERT INTO provider_named_credentials (tenant_id, provider, name, sealed, key_hint, base_url, \
-                     region, status, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                     ON CONFLICT (tenant_id, provider, name) DO UPDATE SET sealed = excluded.sealed, \
-                     key_hint = excluded.key_hint, base_url = excluded.base_url, region = excluded.region, \
-                     status = excluded.status, updated_at = excluded.updated_at",
-                )
-                .bind(r.tenant_id)
-                .bind(r.provider)
-                .bind(r.name)
-                .bind(r.sealed)
-                .bind(r.key_hint)
-                .bind(r.base_url)
-                .bind(r.region)
-                .bind(r.status)
-                .bind(r.updated_at)
-                .execute(&mut **tx)
-                .await?;
-                Ok(Changed::to(format!("{}/{}", row.provider, row.name), row))
             })
         })
         .await

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Store, StoreError};
@@ -147,28 +148,37 @@ pub struct EndUserRow {
 
 /// End-user spend rows of the given periods (seeding end-user budgets; never per request).
 pub async fn end_users_current(store: &Store, periods: &[String]) -> Result<Vec<EndUserRow>, StoreError> {
+    let select = "SELECT s.tenant_id, s.key_id, k.team_id, s.end_user, s.period, s.cost_usd FROM end_user_spend s \
+                  LEFT JOIN api_keys k ON k.id = s.key_id WHERE s.period = $1";
+    of_periods(store, periods, select, |r| {
+        Ok(EndUserRow {
+            tenant_id: r.try_get("tenant_id")?,
+            key_id: r.try_get("key_id")?,
+            team_id: r.try_get("team_id")?,
+            end_user: r.try_get("end_user")?,
+            period: r.try_get("period")?,
+            cost_usd: r.try_get("cost_usd")?,
+        })
+    })
+    .await
+}
+
+/// The rows `select` (its one bind `$1`: a period) gives for each of `periods`, each read by
+/// `read`, once the writes before are settled.
+async fn of_periods<T: Send + 'static>(
+    store: &Store,
+    periods: &[String],
+    select: &'static str,
+    read: fn(&AnyRow) -> Result<T, sqlx::Error>,
+) -> Result<Vec<T>, StoreError> {
     store.settled().await?;
     let periods = periods.to_vec();
     store
-        .run(|pool, _| async move {
+        .run(move |pool, _| async move {
             let mut out = Vec::new();
             for period in periods {
-                let rows = sqlx::query(
-                    "SELECT s.tenant_id, s.key_id, k.team_id, s.end_user, s.period, s.cost_usd FROM end_user_spend s \
-                     LEFT JOIN api_keys k ON k.id = s.key_id WHERE s.period = $1",
-                )
-                .bind(period)
-                .fetch_all(&pool)
-                .await?;
-                for r in rows {
-                    out.push(EndUserRow {
-                        tenant_id: r.try_get("tenant_id")?,
-                        key_id: r.try_get("key_id")?,
-                        team_id: r.try_get("team_id")?,
-                        end_user: r.try_get("end_user")?,
-                        period: r.try_get("period")?,
-                        cost_usd: r.try_get("cost_usd")?,
-                    });
+                for r in sqlx::query(select).bind(period).fetch_all(&pool).await? {
+                    out.push(read(&r)?);
                 }
             }
             Ok(out)
@@ -231,30 +241,16 @@ pub async fn end_users_page(
 
 /// Spend rows of the given periods (e.g. `total` and this month), with each key's team.
 pub async fn current(store: &Store, periods: &[String]) -> Result<Vec<SpendRow>, StoreError> {
-    store.settled().await?;
-    let periods = periods.to_vec();
-    store
-        .run(|pool, _| async move {
-            let mut out = Vec::new();
-            for period in periods {
-                let rows = sqlx::query(
-                    "SELECT s.tenant_id, s.key_id, k.team_id, s.period, s.cost_usd FROM key_spend s \
-                     LEFT JOIN api_keys k ON k.id = s.key_id WHERE s.period = $1",
-                )
-                .bind(period)
-                .fetch_all(&pool)
-                .await?;
-                for r in rows {
-                    out.push(SpendRow {
-                        tenant_id: r.try_get("tenant_id")?,
-                        key_id: r.try_get("key_id")?,
-                        team_id: r.try_get("team_id")?,
-                        period: r.try_get("period")?,
-                        cost_usd: r.try_get("cost_usd")?,
-                    });
-                }
-            }
-            Ok(out)
+    let select = "SELECT s.tenant_id, s.key_id, k.team_id, s.period, s.cost_usd FROM key_spend s \
+                  LEFT JOIN api_keys k ON k.id = s.key_id WHERE s.period = $1";
+    of_periods(store, periods, select, |r| {
+        Ok(SpendRow {
+            tenant_id: r.try_get("tenant_id")?,
+            key_id: r.try_get("key_id")?,
+            team_id: r.try_get("team_id")?,
+            period: r.try_get("period")?,
+            cost_usd: r.try_get("cost_usd")?,
         })
-        .await
+    })
+    .await
 }

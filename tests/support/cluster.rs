@@ -3,8 +3,9 @@
 //! sealed by one instance opens on the others); each instance has its own data dir and ports.
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use super::{drop_postgres, fresh_postgres, Backend, Gateway};
+use super::{drop_postgres, fresh_postgres, http, Backend, Gateway, Standin};
 
 pub struct Cluster {
     pub nodes: Vec<Gateway>,
@@ -70,6 +71,39 @@ impl Drop for Cluster {
         }
         self.nodes.clear();
         drop_postgres(&self.db_url);
+    }
+}
+
+/// Three instances sharing `env` (e.g. Redis) and one stand-in provider (the tenant's
+/// `openai`); `setup` ran on the first before the other two started.
+pub fn three<T>(env: &[(&str, &str)], setup: impl FnOnce(&Gateway) -> T) -> Option<(Cluster, Standin, T)> {
+    let up = Standin::start();
+    let (c, made) = Cluster::start_then(3, env, |g| {
+        g.set_provider(&g.key, "openai", &up.url(), "sk-provider-secret");
+        setup(g)
+    })?;
+    Some((c, up, made))
+}
+
+/// Waits until every instance knows `key` (a key made on one reaches the others with the next
+/// snapshot change), with a request that passes no check that counts.
+pub fn known_everywhere(all: &[Gateway], key: &str) {
+    for g in all {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let auth = format!("Bearer {key}");
+        while http::request(g.gw, "GET", "/v1/models", &[("authorization", &auth)], b"").status == 401 {
+            assert!(Instant::now() < deadline, "instance {} never accepted the key", g.gw);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Rate windows are aligned minutes: a burst that must land in one window starts early in one
+/// (the wait is scheduling, not an assertion on time).
+pub fn early_in_a_minute() {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 % 60_000;
+    if ms > 45_000 {
+        std::thread::sleep(Duration::from_millis(60_000 - ms + 200));
     }
 }
 

@@ -2,6 +2,7 @@
 //! client, and the list of database backends every scenario runs on.
 #![allow(dead_code)]
 
+pub mod clock;
 pub mod cluster;
 pub mod google;
 pub mod http;

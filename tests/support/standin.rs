@@ -17,7 +17,8 @@
 //!   `cache_creation_input_tokens` write, in the JSON answer, in `message_start` and again
 //!   (cumulative, as the API now sends them) in `message_delta`;
 //! - `/v1/responses` and its stored-response calls: [`super::standin_responses`];
-//! - the failures routes fall back from: [`super::standin_routes`].
+//! - the failures routes fall back from, a target that recovers and one that holds its
+//!   requests until released: [`super::standin_routes`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,8 @@ pub struct Standin {
     gate: Arc<Semaphore>,
     gated: Arc<std::sync::atomic::AtomicBool>,
     refuse_tokens: Arc<std::sync::atomic::AtomicBool>,
+    /// Permits for requests of model `gpt-held` ([`Standin::release_held`]).
+    held: Arc<Semaphore>,
     _rt: tokio::runtime::Runtime,
 }
 
@@ -62,17 +65,18 @@ impl Standin {
         let gate = Arc::new(Semaphore::new(0));
         let gated = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let refuse_tokens = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (l, g, gd, rt_) = (log.clone(), gate.clone(), gated.clone(), refuse_tokens.clone());
+        let held = Arc::new(Semaphore::new(0));
+        let (l, g, gd, rt_, h) = (log.clone(), gate.clone(), gated.clone(), refuse_tokens.clone(), held.clone());
         rt.spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else { return };
-                let (l, g, gd, r) = (l.clone(), g.clone(), gd.clone(), rt_.clone());
+                let (l, g, gd, r, h) = (l.clone(), g.clone(), gd.clone(), rt_.clone(), h.clone());
                 tokio::spawn(async move {
-                    let _ = serve_conn(sock, l, g, gd, r).await;
+                    let _ = serve_conn(sock, l, g, gd, r, h).await;
                 });
             }
         });
-        Standin { addr, log, gate, gated, refuse_tokens, _rt: rt }
+        Standin { addr, log, gate, gated, refuse_tokens, held, _rt: rt }
     }
 
     pub fn url(&self) -> String {
@@ -94,6 +98,11 @@ impl Standin {
 
     pub fn release(&self) {
         self.gate.add_permits(1);
+    }
+
+    /// Lets `n` requests of model `gpt-held` answer.
+    pub fn release_held(&self, n: usize) {
+        self.held.add_permits(n);
     }
 
     /// From now on, the token endpoint refuses every grant (`invalid_grant`).
@@ -141,6 +150,7 @@ async fn serve_conn(
     gate: Arc<Semaphore>,
     gated: Arc<std::sync::atomic::AtomicBool>,
     refuse_tokens: Arc<std::sync::atomic::AtomicBool>,
+    held: Arc<Semaphore>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     while let Some(req) = read_request(&mut sock, &mut buf).await {
@@ -151,7 +161,7 @@ async fn serve_conn(
             Some(false) => continue,
             None => {}
         }
-        match super::standin_routes::serve(&mut sock, &req).await? {
+        match super::standin_routes::serve(&mut sock, &req, &log, &held).await? {
             Some(true) => return Ok(()),
             Some(false) => continue,
             None => {}

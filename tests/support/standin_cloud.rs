@@ -10,6 +10,7 @@
 //!
 //! As for OpenAI and Anthropic: a last message `ECHO:a|b` answers `ab` (streamed as `a`, `b`),
 //! and a last message `TOOLS` answers two parallel tool calls (`get_weather`, `get_time`).
+//! A model id with `unavailable` in it answers 503, in each API's error shape (for routes).
 
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -63,6 +64,11 @@ async fn bedrock(sock: &mut TcpStream, req: &Recorded, rest: &str) -> std::io::R
     if !signed {
         let b = json!({"message": "The security token included in the request is invalid."});
         write_aws_error(sock, 403, "UnrecognizedClientException", &b).await?;
+        return Ok(false);
+    }
+    if rest.contains("unavailable") {
+        let b = json!({"message": "Bedrock is unable to process your request."});
+        write_aws_error(sock, 503, "ServiceUnavailableException", &b).await?;
         return Ok(false);
     }
     let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
@@ -148,6 +154,11 @@ async fn vertex(sock: &mut TcpStream, req: &Recorded, path: &str) -> std::io::Re
     }
     let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
     let model = path.rsplit('/').next().and_then(|m| m.split(':').next()).unwrap_or("").to_string();
+    if model.contains("unavailable") {
+        let b = json!({"error": {"code": 503, "message": "The service is currently unavailable.", "status": "UNAVAILABLE"}});
+        write_json(sock, 503, &b).await?;
+        return Ok(false);
+    }
     let text = last_text(&body, "contents", "parts");
     let usage = json!({"promptTokenCount": 21, "candidatesTokenCount": 8, "totalTokenCount": 29});
     let answer = |parts: Value, finish: Option<&str>, usage: Option<&Value>| {

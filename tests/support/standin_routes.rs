@@ -7,19 +7,45 @@
 //!   (`x-ratelimit-remaining-requests: 0`, `x-ratelimit-reset-requests: 2s`);
 //! - `gpt-stream-break`: a stream's head and first event, then the connection closes before the
 //!   stream's end;
-//! - `gpt-bad-request`: HTTP 400 (the request's own fault: never retried).
+//! - `gpt-bad-request`: HTTP 400 (the request's own fault: never retried);
+//! - `gpt-recover-<n>`: HTTP 503 to its first `n` requests (counted over every connection),
+//!   then normal answers: a target that fails, then recovers;
+//! - `gpt-held`: a normal answer once [`super::Standin::release_held`] lets it (requests kept in
+//!   flight for as long as a test needs, without a timed wait).
+
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
 use super::standin::Recorded;
 
-/// Some(true): the connection is done; Some(false): answered, keep reading; None: not ours.
-pub async fn serve(sock: &mut TcpStream, req: &Recorded) -> std::io::Result<Option<bool>> {
+/// Some(true): the connection is done; Some(false): answered, keep reading; None: not ours (or
+/// ours, and answered normally by the caller). `log` holds every request so far, this one last.
+pub async fn serve(
+    sock: &mut TcpStream,
+    req: &Recorded,
+    log: &Mutex<Vec<Recorded>>,
+    held: &Arc<Semaphore>,
+) -> std::io::Result<Option<bool>> {
     let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
     let model = body.get("model").and_then(Value::as_str).unwrap_or("");
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(n) = model.strip_prefix("gpt-recover-").and_then(|n| n.parse::<usize>().ok()) {
+        let before = log.lock().unwrap().iter().filter(|r| model_of(r) == model).count() - 1;
+        if before >= n {
+            return Ok(None);
+        }
+        let b = json!({"error": {"message": "down for now", "type": "server_error"}});
+        super::standin::write_json(sock, 503, &b).await?;
+        return Ok(Some(false));
+    }
+    if model == "gpt-held" {
+        held.acquire().await.expect("the semaphore is never closed").forget();
+        return Ok(None);
+    }
     match model {
         "gpt-reset" => Ok(Some(true)),
         "gpt-unavailable" => {
@@ -62,6 +88,11 @@ pub async fn serve(sock: &mut TcpStream, req: &Recorded) -> std::io::Result<Opti
         }
         _ => Ok(None),
     }
+}
+
+fn model_of(r: &Recorded) -> String {
+    let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    body.get("model").and_then(Value::as_str).unwrap_or("").to_string()
 }
 
 fn chat_answer(model: &str, text: &str) -> Value {

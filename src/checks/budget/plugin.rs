@@ -40,7 +40,8 @@ impl Budget {
         match ex.kind {
             Kind::ToolCall => ex.snap.pricing.tool_cost(&ex.provider, ex.tool.as_deref().unwrap_or_default()),
             Kind::ModelCall => {
-                ex.snap.pricing.cost(&ex.model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()))
+                let model = ex.priced_as.as_deref().unwrap_or(&ex.model);
+                ex.snap.pricing.cost(model, &Usage::plain(ex.prompt_tokens_est, ex.completion_tokens_cap()))
             }
             // Never on the gateway: management calls cost nothing.
             Kind::Admin => 0.0,

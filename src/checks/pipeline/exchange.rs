@@ -43,6 +43,9 @@ pub struct Exchange {
     /// `Cache-Control: no-cache` from the client.
     pub no_cache: bool,
     pub now: DateTime<Utc>,
+    /// The model whose price a budget reservation takes when `model` is not priced as itself:
+    /// a routed request's dearest target (the client's name for a route has no price).
+    pub priced_as: Option<String>,
 }
 
 impl Exchange {
@@ -102,6 +105,7 @@ impl Exchange {
             body_changed: false,
             no_cache: false,
             now: Utc::now(),
+            priced_as: None,
         }
     }
 }

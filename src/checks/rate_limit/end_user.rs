@@ -1,178 +1,71 @@
 //! `RATELIMIT` per end user: each end user of a key has its own requests and tokens per minute
 //! (`endUserRpmLimit` / `endUserTpmLimit`, `PATCH /v1/keys/{id}/limits`).
 //!
-//! The same windows, arithmetic and shared store as the key's own limits ([`super::plugin`]):
-//! in one process the windows are the key's per-end-user ones (`KeyState::end_users`); with
-//! `cluster.redis_url` they are a rate hash in Redis named `<keyId>/<endUser>` (the receipt's
-//! actor), decided in the same atomic admission call as the key's limits and budgets.
-//! It runs just before the key's limits and records under the same name (the pipeline keeps
-//! one `RATELIMIT` entry, the strongest).
+//! The key's limiter ([`super::plugin::Limiter`]) over another [`Lane`]: in one process the
+//! windows are the key's per-end-user ones (`KeyState::end_users`); with `cluster.redis_url`
+//! they are a rate hash in Redis named `<keyId>/<endUser>` (the receipt's actor), decided in the
+//! same atomic admission call as the key's limits and budgets. It runs just before the key's
+//! limits and records under the same name (the pipeline keeps one `RATELIMIT` entry, the
+//! strongest).
 
 use std::sync::Arc;
 
-use crate::checks::pipeline::shared::{Answer, Ask, RateCounts};
-use crate::checks::pipeline::{Check, Ctx, Exchange, Outcome, Verdict};
-use crate::checks::rate_limit::{self, Limited, TokenAsk};
-use crate::checks::shared::Cluster;
+use super::plugin::{Lane, Limiter, Limits};
+use crate::checks::pipeline::{Exchange, Verdict};
+use crate::checks::rate_limit::{Limited, Windows};
 use crate::error::{ApiError, ErrorKind};
-use crate::receipts::{CheckName, CheckResult};
+use crate::receipts::CheckResult;
 
-#[derive(Default)]
-pub struct EndUserRateLimit {
-    shared: Option<Arc<Cluster>>,
+/// Each end user's limits of the key.
+pub struct EndUserLane;
+
+/// The key's per-end-user limits.
+pub type EndUserRateLimit = Limiter<EndUserLane>;
+
+fn end_user(ex: &Exchange) -> &str {
+    ex.end_user.as_deref().unwrap_or_default()
 }
 
-/// This check's reservation (apart from the key's own in the request's state).
-struct Held(rate_limit::Reservation);
+impl Lane for EndUserLane {
+    const SHARED: &'static str = "end-user rate limits";
 
-/// The end user, the key's per-end-user limits and what this request asks to hold; `None`
-/// without an end user or without such limits.
-fn limits(ex: &Exchange) -> Option<(&str, Option<u64>, Option<u64>, TokenAsk)> {
-    let end_user = ex.end_user.as_deref()?;
-    let rec = &ex.key.record;
-    let rpm = rec.end_user_rpm_limit.map(|n| n.max(0) as u64);
-    let tpm = rec.end_user_tpm_limit.map(|n| n.max(0) as u64);
-    if rpm.is_none() && tpm.is_none() {
-        return None;
-    }
-    let cap = ex.completion_tokens_cap();
-    Some((end_user, rpm, tpm, TokenAsk::new(ex.prompt_tokens_est, ex.max_tokens.map(|_| cap), cap)))
-}
-
-/// The shared store's name for the end user's windows: the receipt's actor.
-pub fn shared_id(key_id: &str, end_user: &str) -> Arc<str> {
-    format!("{key_id}/{end_user}").into()
-}
-
-/// The refusal, its message naming the end user and the per-end-user limit.
-fn refused(limited: Limited, end_user: &str) -> Verdict {
-    let message = limited
-        .message
-        .replace("for this key", &format!("for end user \"{end_user}\" of this key (endUserRpmLimit/endUserTpmLimit)"))
-        .replace("the key's limit", "the key's per-end-user limit");
-    Verdict::Block(CheckResult::Block, ApiError::new(ErrorKind::RateLimited, message).with_headers(limited.headers))
-}
-
-/// Whether the key has limits of its own, whose headers the client gets instead.
-fn key_limited(ex: &Exchange) -> bool {
-    ex.key.record.rpm_limit.is_some() || ex.key.record.tpm_limit.is_some()
-}
-
-impl EndUserRateLimit {
-    pub fn new(shared: Option<Arc<Cluster>>) -> Self {
-        EndUserRateLimit { shared }
+    /// None without an end user or without per-end-user limits.
+    fn limits(ex: &Exchange) -> Option<Limits> {
+        ex.end_user.as_ref()?;
+        Limits::of(ex, ex.key.record.end_user_rpm_limit, ex.key.record.end_user_tpm_limit)
     }
 
-    /// In this process's own windows.
-    fn local(&self, ex: &Exchange, cx: &mut Ctx) -> Verdict {
-        let (end_user, rpm, tpm, ask) = limits(ex).expect("run only with limits");
-        let now = ex.now.timestamp_millis();
-        let windows = ex.key.state.end_users.get(end_user, now);
-        let mut headers = Vec::new();
-        match rate_limit::acquire(&windows, rpm, tpm, ask, now, &mut headers) {
-            Ok(reservation) => {
-                if !key_limited(ex) {
-                    cx.headers.extend(headers);
-                }
-                cx.keep(Held(reservation));
-                Verdict::Pass(CheckResult::Pass)
-            }
-            Err(limited) => refused(limited, end_user),
-        }
+    fn windows(ex: &Exchange, now_ms: i64) -> Arc<Windows> {
+        ex.key.state.end_users.get(end_user(ex), now_ms)
     }
 
-    /// Redis does not answer: `cluster.on_redis_down` decides.
-    fn without_store(&self, c: &Cluster, ex: &Exchange, cx: &mut Ctx, why: &str) -> Verdict {
-        c.fell_back("RATELIMIT");
-        if c.fail_open() {
-            return self.local(ex, cx);
-        }
-        Verdict::Block(
-            CheckResult::Block,
-            ApiError::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "end-user rate limits are shared across gateway instances and the shared state is \
-                     unreachable ({why}); retry shortly"
-                ),
+    /// The receipt's actor.
+    fn shared_id(ex: &Exchange) -> Arc<str> {
+        format!("{}/{}", ex.key_id(), end_user(ex)).into()
+    }
+
+    /// Only when the key has no limits of its own (one name, one value: the key's win).
+    fn shows_headers(ex: &Exchange) -> bool {
+        ex.key.record.rpm_limit.is_none() && ex.key.record.tpm_limit.is_none()
+    }
+
+    /// The message names the end user and the per-end-user limit.
+    fn refused(ex: &Exchange, limited: Limited) -> Verdict {
+        let message = limited
+            .message
+            .replace(
+                "for this key",
+                &format!("for end user \"{}\" of this key (endUserRpmLimit/endUserTpmLimit)", end_user(ex)),
             )
-            .with_headers(vec![("retry-after", "1".into())]),
-        )
-    }
-
-    /// The store's decision, with the headers the same arithmetic gives on the counts it saw.
-    fn decided(&self, ex: &Exchange, cx: &mut Ctx, counts: RateCounts) -> Verdict {
-        let (end_user, rpm, tpm, ask) = limits(ex).expect("asked only with limits");
-        let mut state = counts.before;
-        let mut headers = Vec::new();
-        let replay = rate_limit::admit(&mut state, rpm, tpm, ask, counts.now_ms, &mut headers);
-        match (counts.admitted, replay) {
-            (true, _) => {
-                if !key_limited(ex) {
-                    cx.headers.extend(headers);
-                }
-                let id = shared_id(ex.key_id(), end_user);
-                cx.keep(Held(rate_limit::Reservation::shared(id, counts.tokens, state.start_ms)));
-                Verdict::Pass(CheckResult::Pass)
-            }
-            (false, Err(limited)) => refused(limited, end_user),
-            (false, Ok(_)) => refused(
-                Limited {
-                    what: "requests",
-                    message: "rate limit reached for this key; retry in 1 s".into(),
-                    retry_after_ms: 1000,
-                    headers: vec![("retry-after", "1".into())],
-                },
-                end_user,
-            ),
-        }
-    }
-}
-
-impl Check for EndUserRateLimit {
-    fn name(&self) -> CheckName {
-        CheckName::RateLimit
-    }
-
-    /// Applies when the request names an end user and its key has per-end-user limits;
-    /// refuses with 429 (the message says it is the end user's limit).
-    fn on_request(&self, ex: &mut Exchange, cx: &mut Ctx) -> Verdict {
-        let Some((end_user, rpm, tpm, ask)) = limits(ex) else { return Verdict::Skip };
-        match &self.shared {
-            None => self.local(ex, cx),
-            Some(c) if c.is_up() => Verdict::Ask(Ask::Rate { key_id: shared_id(ex.key_id(), end_user), rpm, tpm, ask }),
-            Some(c) => self.without_store(c, ex, cx, &c.reason()),
-        }
-    }
-
-    fn joins_asks(&self) -> bool {
-        true
-    }
-
-    fn on_answer(&self, ex: &mut Exchange, cx: &mut Ctx, answer: Answer) -> Verdict {
-        match (answer, &self.shared) {
-            (Answer::NotAsked, _) => Verdict::Skip,
-            (Answer::Rate(counts), _) => self.decided(ex, cx, counts),
-            (Answer::Unavailable(why), Some(c)) => self.without_store(c, ex, cx, &why),
-            _ => self.local(ex, cx),
-        }
-    }
-
-    /// Corrects the token reservation to what the answer really used.
-    fn on_complete(&self, done: &Outcome, cx: &mut Ctx) {
-        if let Some(Held(r)) = cx.take::<Held>() {
-            let used = done.usage.map(|u| u.total()).unwrap_or(0);
-            match (r.shared_key(), &self.shared) {
-                (Some((id, start_ms)), Some(c)) => c.settle_rate(id, start_ms, used as i64 - r.tokens() as i64),
-                _ => rate_limit::settle(r, used, chrono::Utc::now().timestamp_millis()),
-            }
-        }
+            .replace("the key's limit", "the key's per-end-user limit");
+        Verdict::Block(CheckResult::Block, ApiError::new(ErrorKind::RateLimited, message).with_headers(limited.headers))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::pipeline::{Check, Ctx};
     use serde_json::json;
 
     fn exchange(end_user: Option<&str>, rpm: Option<i64>) -> Exchange {
