@@ -37,7 +37,13 @@ fn hello() -> Value {
 fn rate_limits_are_exact_across_three_instances() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    // A 2 s Redis timeout: on a loaded machine the default 100 ms can time out, and an instance
+    // that thinks Redis is down falls back to its own limits, which is not what these test.
+    let env = [
+        ("TOLLGATE_REDIS_URL", redis.as_str()),
+        ("TOLLGATE_REDIS_PREFIX", &prefix),
+        ("TOLLGATE_REDIS_TIMEOUT_MS", "2000"),
+    ];
     let Some((cluster, _up, (_, key))) = three(&env, |g| limited_key(g, "rpm-30", json!({"rpmLimit": 30}))) else {
         return;
     };
@@ -83,7 +89,13 @@ fn rate_limits_are_exact_across_three_instances() {
 fn a_busy_key_drawing_on_grants_is_still_exact_across_three_instances() {
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    // A 2 s Redis timeout: on a loaded machine the default 100 ms can time out, and an instance
+    // that thinks Redis is down falls back to its own limits, which is not what these test.
+    let env = [
+        ("TOLLGATE_REDIS_URL", redis.as_str()),
+        ("TOLLGATE_REDIS_PREFIX", &prefix),
+        ("TOLLGATE_REDIS_TIMEOUT_MS", "2000"),
+    ];
     let Some((mut cluster, _up, (key_id, key))) = three(&env, |g| limited_key(g, "rpm-300", json!({"rpmLimit": 300})))
     else {
         return;
@@ -137,7 +149,13 @@ fn a_budget_is_exact_across_three_instances_under_concurrency() {
     let prefix = fresh_prefix();
     // gpt-4o answers cost $10 per million tokens: each answer of 10 000 tokens costs $0.10 and
     // reserves about as much (max_tokens).
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    // A 2 s Redis timeout: on a loaded machine the default 100 ms can time out, and an instance
+    // that thinks Redis is down falls back to its own limits, which is not what these test.
+    let env = [
+        ("TOLLGATE_REDIS_URL", redis.as_str()),
+        ("TOLLGATE_REDIS_PREFIX", &prefix),
+        ("TOLLGATE_REDIS_TIMEOUT_MS", "2000"),
+    ];
     let Some((mut cluster, _up, (key_id, key))) =
         three(&env, |g| limited_key(g, "one-dollar", json!({"budgetUsd": 1.0})))
     else {
@@ -354,7 +372,13 @@ fn one_instance_killed_mid_burst_the_others_keep_serving_and_the_chain_holds() {
     use std::sync::Arc;
     let Some(redis) = machine_redis() else { return };
     let prefix = fresh_prefix();
-    let env = [("TOLLGATE_REDIS_URL", redis.as_str()), ("TOLLGATE_REDIS_PREFIX", &prefix)];
+    // A 2 s Redis timeout: on a loaded machine the default 100 ms can time out, and an instance
+    // that thinks Redis is down falls back to its own limits, which is not what these test.
+    let env = [
+        ("TOLLGATE_REDIS_URL", redis.as_str()),
+        ("TOLLGATE_REDIS_PREFIX", &prefix),
+        ("TOLLGATE_REDIS_TIMEOUT_MS", "2000"),
+    ];
     let Some((mut cluster, _up, (_, key))) = three(&env, |g| limited_key(g, "burst", json!({"rpmLimit": 100000})))
     else {
         return;
