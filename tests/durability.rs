@@ -224,3 +224,23 @@ fn with_fsync_postgres_commits_with_synchronous_commit_on_whatever_the_database_
     drop(g);
     support::drop_postgres(&url);
 }
+
+/// The trace reader: a call split by another thread's keeps its entry and exit lines apart, and
+/// the order check compares the flush's exit with the send's entry.
+#[test]
+fn the_trace_reader_keeps_entry_and_exit_of_split_calls() {
+    let trace = "10 write(5, \"{\\\"r\\\":[\\\"id-1\\\"]}\\n\", 16) = 16\n\
+                 10 fdatasync(5 <unfinished ...>\n\
+                 11 sendto(9, \"HTTP/1.1 200 OK\\r\\nx-tollgate-receipt-id: id-1\\r\\n\\r\\nchat.completion\", 60, 0, NULL, 0) = 60\n\
+                 10 <... fdatasync resumed>) = 0\n";
+    let calls = strace::parse(trace);
+    let names: Vec<(&str, i64, usize, usize)> =
+        calls.iter().map(|c| (c.name.as_str(), c.fd, c.enter, c.exit)).collect();
+    assert_eq!(names, [("write", 5, 0, 0), ("fdatasync", 5, 1, 3), ("sendto", 9, 2, 2)]);
+    let early = order_of(&calls, &Answer { id: "id-1".into(), stream: false });
+    assert!(!early.covered(), "sent while the flush had not returned");
+    let lines: Vec<&str> = trace.lines().collect();
+    let in_order = [lines[0], "10 fdatasync(5) = 0", lines[2]].join("\n");
+    let calls = strace::parse(&in_order);
+    assert!(order_of(&calls, &Answer { id: "id-1".into(), stream: false }).covered());
+}
