@@ -104,7 +104,7 @@ pub fn prepare(cfg: Config) -> Result<Prepared, StartError> {
 /// empty one, and this binary's baseline pack set recorded (receipts stamped with it resolve).
 fn open_store(cfg: &Config) -> Result<Store, StartError> {
     let rt = store::db_runtime();
-    let store = rt.block_on(Store::connect(&cfg.database_url()))?;
+    let store = rt.block_on(Store::connect_with(&cfg.database_url(), cfg.receipts.durability))?;
     rt.block_on(store.migrate())?;
     let built = rt.block_on(store::tiles::backfill(&store))?;
     if built > 0 {
@@ -127,6 +127,9 @@ fn receipt_writer(
     let journal = cfg.receipts.journal.then(|| std::time::Duration::from_millis(cfg.receipts.journal_apply_ms.max(1)));
     if journal.is_some() && store.sqlite_file().is_none() {
         log::warn!("receipts.journal applies to SQLite only; on PostgreSQL every batch commits to the database");
+    }
+    if cfg.receipts.durability == store::Durability::Fsync {
+        log::info!("receipts.durability: fsync: every receipt batch is on stable storage before its answers end");
     }
     let options = crate::receipts::writer::Options { commit_timeout, checkpoint_every, journal };
     Ok(crate::receipts::writer::channel_with(store.clone(), signer.clone(), options)?)

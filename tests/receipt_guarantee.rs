@@ -64,6 +64,15 @@ fn with_the_journal_every_kind_of_answer_has_its_receipt_the_moment_it_ends() {
     every_kind_of_answer(&Backend::Sqlite, JOURNAL);
 }
 
+/// `receipts.durability: fsync` (the flush's order is tests/durability.rs): the same answers, the
+/// same receipts, with the journal and without.
+#[test]
+fn with_fsync_every_kind_of_answer_has_its_receipt_the_moment_it_ends() {
+    let fsync = ("TOLLGATE_RECEIPTS_DURABILITY", "fsync");
+    every_kind_of_answer(&Backend::Sqlite, &[JOURNAL[0], fsync]);
+    every_kind_of_answer(&Backend::Sqlite, &[NO_JOURNAL[0], fsync]);
+}
+
 fn every_kind_of_answer(b: &Backend, env: &[(&str, &str)]) {
     {
         let (g, up) = support::with_standin(b, env);

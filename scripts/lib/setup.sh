@@ -1,7 +1,7 @@
 # Sourced (not run) by scripts/run, scripts/test, .ci/run and packaging/*.sh: installs what the
 # build and the tests need when it is missing, so the README's commands work on a fresh machine.
 # The one place that knows these tools; the callers only call ensure_build_tools /
-# ensure_python_venv / ensure_cargo_deb / ensure_deb_test_tools.
+# ensure_python_venv / ensure_cargo_deb / ensure_deb_test_tools / ensure_strace.
 #
 # Why cmake at all: pingora-core depends on flate2 with its `zlib-ng` feature, and libz-ng-sys
 # (zlib-ng's native API) has one build script, which drives cmake. Cargo cannot switch a feature
@@ -153,6 +153,14 @@ ensure_go_tlog() {
   command -v go >/dev/null && [ -d /usr/share/gocode/src/golang.org/x/mod/sumdb/tlog ] && return 0
   _setup_apt_install golang-go golang-golang-x-mod-dev \
     || _setup_say "Go's sumdb packages missing (Debian: apt-get install golang-go golang-golang-x-mod-dev)"
+}
+
+# tests/durability.rs runs the gateway under `strace -f` to show that, with
+# `receipts.durability: fsync`, no answer ends before the fdatasync of its receipt. Without root
+# this only reports: the test then skips unless TOLLGATE_REQUIRE_STRACE=1.
+ensure_strace() {
+  command -v strace >/dev/null && return 0
+  _setup_apt_install strace || _setup_say "strace is missing (Debian: apt-get install strace)"
 }
 
 # tests/log_timestamps.rs runs OpenSSL's own RFC 3161 TSA (`openssl ts -reply`, `-verify`) and

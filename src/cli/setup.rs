@@ -18,7 +18,7 @@ pub(super) fn load(arg: &ConfigArg) -> Result<Config, ExitCode> {
 /// Opens the database and applies pending migrations (every CLI command that touches it does).
 pub(super) fn open(cfg: &Config) -> Result<Store, ExitCode> {
     let rt = store::db_runtime();
-    let store = rt.block_on(Store::connect(&cfg.database_url())).map_err(fail)?;
+    let store = rt.block_on(Store::connect_with(&cfg.database_url(), cfg.receipts.durability)).map_err(fail)?;
     rt.block_on(store.migrate()).map_err(fail)?;
     Ok(store)
 }

@@ -65,6 +65,13 @@ fn receipts_and_cluster(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError
     number(var, "TOLLGATE_RECEIPTS_COMMIT_TIMEOUT_MS", &mut cfg.receipts.commit_timeout_ms)?;
     number(var, "TOLLGATE_WAL_CHECKPOINT_MS", &mut cfg.receipts.wal_checkpoint_ms)?;
     flag(var, "TOLLGATE_RECEIPTS_JOURNAL", &mut cfg.receipts.journal)?;
+    if let Some(v) = var("TOLLGATE_RECEIPTS_DURABILITY") {
+        cfg.receipts.durability = match v.trim() {
+            "page-cache" => super::Durability::PageCache,
+            "fsync" => super::Durability::Fsync,
+            _ => return Err(invalid("TOLLGATE_RECEIPTS_DURABILITY", "must be page-cache or fsync")),
+        };
+    }
     number(var, "TOLLGATE_RECEIPTS_JOURNAL_APPLY_MS", &mut cfg.receipts.journal_apply_ms)?;
     log(cfg, var)
 }

@@ -19,6 +19,7 @@ mod vocabulary;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use crate::store::Durability;
 pub use routes::{Breaker, Retries, RouteSpec, Routes, Strategy, TargetSpec};
 use serde::Deserialize;
 pub use types::{Glob, ListenAddr};
@@ -166,6 +167,9 @@ pub struct ReceiptsSection {
     /// fewer, larger transactions cost the applier ~3 µs less a receipt flat out, and the single
     /// client's p99 was no worse (docs/decisions.md, "The receipt journal").
     pub journal_apply_ms: u64,
+    /// When a commit counts: `page-cache` (written to the OS; a process crash cannot lose it, a
+    /// power loss can) or `fsync` (flushed to stable storage first, one flush per batch).
+    pub durability: Durability,
 }
 
 impl Default for ReceiptsSection {
@@ -176,6 +180,7 @@ impl Default for ReceiptsSection {
             wal_checkpoint_ms: 5,
             journal: true,
             journal_apply_ms: 100,
+            durability: Durability::PageCache,
         }
     }
 }
@@ -650,6 +655,28 @@ mod tests {
         let bad = |k: &str| (k == "TOLLGATE_OTLP_CAPTURE_PROMPTS").then(|| "yes".to_string());
         let e = env::apply(&mut c, &bad).unwrap_err().to_string();
         assert!(e.contains("TOLLGATE_OTLP_CAPTURE_PROMPTS"), "{e}");
+    }
+
+    /// `receipts.durability`: `page-cache` unless set; a bad value is named where it is written
+    /// (file, line, column, field) or by its variable.
+    #[test]
+    fn receipts_durability_is_page_cache_or_fsync() {
+        assert_eq!(defaults().receipts.durability, Durability::PageCache);
+        let c = parse("receipts:\n  commit: before_answer\n  durability: fsync\n", "t.yaml").unwrap();
+        assert_eq!(c.receipts.durability, Durability::Fsync);
+        let c = parse("receipts:\n  durability: page-cache\n", "t.yaml").unwrap();
+        assert_eq!(c.receipts.durability, Durability::PageCache);
+        let e = parse("receipts:\n  durability: fdatasync\n", "t.yaml").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t.yaml:2:15: field `receipts.durability`: unknown variant `fdatasync`, expected `page-cache` or `fsync`"
+        );
+        let mut c = defaults();
+        env::apply(&mut c, &|k| (k == "TOLLGATE_RECEIPTS_DURABILITY").then(|| "fsync".to_string())).unwrap();
+        assert_eq!(c.receipts.durability, Durability::Fsync);
+        let e = env::apply(&mut c, &|k| (k == "TOLLGATE_RECEIPTS_DURABILITY").then(|| "full".to_string()));
+        let e = e.unwrap_err().to_string();
+        assert_eq!(e, "environment variable TOLLGATE_RECEIPTS_DURABILITY: must be page-cache or fsync");
     }
 
     /// Tollgate's own variable and file first; the standard OpenTelemetry ones fill in, and

@@ -271,19 +271,22 @@ pub fn channel_with(
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let stats = Arc::new(WriterStats::default());
     let mut applier = None;
+    let durability = store.durability();
     let appender = match store.sqlite_file() {
         Some(file) => {
             let claim = store::journal::claim(file, o.journal.is_some())?;
             store::journal::replay(file, commit_timeout, RULES)?;
             let conn = match o.journal {
                 Some(every) => {
-                    let (writer, app, progress) = store::journal::open(file, commit_timeout, every, RULES)?;
+                    let (writer, app, progress) = store::journal::open(file, commit_timeout, every, RULES, durability)?;
                     store.use_journal(progress.clone());
                     let _ = stats.journal.set(progress);
                     applier = Some(app);
                     Sink::Journal(writer)
                 }
-                None => Sink::Database(store::receipts::SqliteAppender::open(file, commit_timeout, RULES)?),
+                None => Sink::Database(
+                    store::receipts::SqliteAppender::open(file, commit_timeout, RULES)?.with_durability(durability)?,
+                ),
             };
             Some(Arc::new(Appender {
                 _claim: claim,
@@ -294,7 +297,10 @@ pub fn channel_with(
         }
         None => None,
     };
-    let queue = ReceiptQueue { tx, stats: stats.clone(), appender: appender.clone() };
+    // With `receipts.durability: fsync` no request commits on its own thread: the flush (0.1 to
+    // several ms) would hold the proxy thread and every connection it serves.
+    let inline = appender.clone().filter(|_| durability == store::Durability::PageCache);
+    let queue = ReceiptQueue { tx, stats: stats.clone(), appender: inline };
     let writer = ReceiptWriter {
         rx,
         store,

@@ -13,7 +13,12 @@
 //!   from the database the first time a tenant is seen), seals a batch after them, appends the
 //!   records as JSON lines to the current segment with one `write`, and hands them to the
 //!   applier. A `write` that returned is in the page cache: a SIGKILL cannot lose it. Like
-//!   SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a power cut can.
+//!   SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a power cut can. With
+//!   `receipts.durability: fsync` the `write` is followed by one `fdatasync` of the segment
+//!   before the batch counts as committed (group commit: every receipt of the batch waits for
+//!   the same flush), a new segment's directory entry is flushed before its first record, and
+//!   the applier's database commits are flushed too (`synchronous=FULL`) before the segments
+//!   they empty are deleted.
 //! - [`Applier`]: a thread with the database's write connection. It writes what it was handed
 //!   every `receipts.journal_apply_ms` (or at once when a reader asks), checkpoints the WAL
 //!   itself between two applies, and deletes the segments whose records are all in the database.
@@ -35,7 +40,7 @@ use foldhash::HashMap;
 pub use super::progress::Progress;
 use super::progress::{now_ms, Flush};
 use super::receipts::{sqlite_head, ChainRules, Head, Record, Seal, SqliteAppender};
-use super::StoreError;
+use super::{Durability, StoreError};
 
 /// A segment is closed and a new one started past this size; the applier deletes closed
 /// segments once their records are applied.
@@ -126,6 +131,11 @@ fn io_err(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Unavailable(format!("receipt journal {}: {e}", path.display()))
 }
 
+/// Flushes a directory's entries (a file created or deleted in it) to stable storage.
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, e))
+}
+
 /// Deletes the segments numbered below `below`.
 fn delete_below(dir: &Path, below: u64) {
     match segments(dir) {
@@ -187,7 +197,9 @@ pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules) -> Result<usize
     if all.is_empty() {
         return Ok(0);
     }
-    let mut conn = SqliteAppender::open(db_file, busy, rules)?;
+    // Flushed whatever this run's durability: the segments are deleted right after, and a
+    // replay is rare (a start after a crash).
+    let mut conn = SqliteAppender::open(db_file, busy, rules)?.with_durability(Durability::Fsync)?;
     let mut heads: HashMap<String, Head> = HashMap::default();
     let mut todo: Vec<Record> = Vec::new();
     let newest = all.last().map(|(n, _)| *n);
@@ -371,6 +383,8 @@ pub struct JournalWriter {
     progress: Arc<Progress>,
     /// `receipts.journal_apply_ms`.
     every: Duration,
+    /// `receipts.durability`: whether each write is flushed before the batch counts.
+    durability: Durability,
 }
 
 impl Drop for JournalWriter {
@@ -381,24 +395,30 @@ impl Drop for JournalWriter {
 
 /// Opens the journal of `db_file` (after [`replay`]): the writer's side, the applier (not
 /// started) and the shared progress. `timeout` is the commit timeout: how long readers wait
-/// for the applier, and how long it may fail before commits are refused.
+/// for the applier, and how long it may fail before commits are refused. `durability` is
+/// `receipts.durability`.
 pub fn open(
     db_file: &Path,
     timeout: Duration,
     apply_every: Duration,
     rules: ChainRules,
+    durability: Durability,
 ) -> Result<(JournalWriter, Applier, Arc<Progress>), StoreError> {
     let dir = dir_of(db_file);
     std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+    if durability == Durability::Fsync {
+        // The journal's own directory entry, beside the database.
+        sync_dir(dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")))?;
+    }
     let segment = segments(&dir)?.last().map_or(1, |(n, _)| n + 1);
-    let (file, size) = open_segment(&dir, segment)?;
+    let (file, size) = open_segment(&dir, segment, durability)?;
     let reader = rusqlite::Connection::open(db_file)
         .map_err(|e| StoreError::Unavailable(format!("{}: {e}", db_file.display())))?;
     let handoff = Arc::new(Handoff::default());
     let progress = Arc::new(Progress::new(handoff.clone(), timeout));
     let applier = Applier {
         handoff: handoff.clone(),
-        conn: SqliteAppender::open(db_file, timeout, rules)?,
+        conn: SqliteAppender::open(db_file, timeout, rules)?.with_durability(durability)?,
         dir: dir.clone(),
         progress: progress.clone(),
     };
@@ -415,14 +435,20 @@ pub fn open(
         handoff,
         progress: progress.clone(),
         every: apply_every,
+        durability,
     };
     Ok((writer, applier, progress))
 }
 
-fn open_segment(dir: &Path, n: u64) -> Result<(std::fs::File, u64), StoreError> {
+/// Opens (creates) segment `n`; with [`Durability::Fsync`] its directory entry is flushed before
+/// any record is written to it, so a flushed record can always be found again.
+fn open_segment(dir: &Path, n: u64, durability: Durability) -> Result<(std::fs::File, u64), StoreError> {
     let path = segment_path(dir, n);
     let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io_err(&path, e))?;
     let size = file.metadata().map_err(|e| io_err(&path, e))?.len();
+    if durability == Durability::Fsync {
+        sync_dir(dir)?;
+    }
     Ok((file, size))
 }
 
@@ -508,16 +534,26 @@ impl JournalWriter {
         Ok(())
     }
 
-    /// Appends the buffer to the current segment (a new one when it is full or a write broke).
+    /// Appends the buffer to the current segment (a new one when it is full or a write broke)
+    /// and, with [`Durability::Fsync`], flushes it: one `fdatasync` for the whole batch.
     fn write(&mut self) -> Result<(), StoreError> {
         if self.broken || self.size >= SEGMENT_BYTES {
-            let (file, size) = open_segment(&self.dir, self.segment + 1)?;
+            let (file, size) = open_segment(&self.dir, self.segment + 1, self.durability)?;
             (self.file, self.size, self.segment, self.broken) = (file, size, self.segment + 1, false);
         }
         if let Err(e) = self.file.write_all(&self.buf) {
             // A part may have gone in: cut it off, or leave the segment behind for a new one.
             self.broken = self.file.set_len(self.size).is_err();
             return Err(io_err(&segment_path(&self.dir, self.segment), e));
+        }
+        if self.durability == Durability::Fsync {
+            if let Err(e) = self.file.sync_data() {
+                // After a failed flush the kernel's copy of the segment is no longer to be
+                // trusted: cut the batch off and go on in a new segment (the batch is retried).
+                let _ = self.file.set_len(self.size);
+                self.broken = true;
+                return Err(io_err(&segment_path(&self.dir, self.segment), e));
+            }
         }
         self.size += self.buf.len() as u64;
         Ok(())
@@ -627,7 +663,8 @@ mod tests {
         let (dir, file) = migrated_db();
         let signer = Signer::from_seed(&[7u8; 32]);
         let five = Duration::from_secs(5);
-        let (mut journal, applier, _) = open(&file, five, Duration::from_secs(3600), RULES).unwrap();
+        let (mut journal, applier, _) =
+            open(&file, five, Duration::from_secs(3600), RULES, Durability::PageCache).unwrap();
         journal.heads.insert("tenant-a".into(), Head { seq: 41, hash: "ab".repeat(32).into() });
         journal.append(&mut Sealing::new(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer)).unwrap();
         drop((journal, applier));

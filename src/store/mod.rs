@@ -59,10 +59,43 @@ pub enum Backend {
     Postgres,
 }
 
+/// When a commit counts as done (`receipts.durability`): in the operating system's page cache
+/// (a process crash cannot lose it, a power loss or kernel crash can), or on stable storage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// SQLite `synchronous=NORMAL` and the receipt journal's `write` without a flush: a
+    /// commit survives a crash of the process, not of the machine.
+    #[default]
+    PageCache,
+    /// Every commit is flushed (`fdatasync`; SQLite `synchronous=FULL`; PostgreSQL
+    /// `synchronous_commit=on`, pinned) before it counts, so it survives a power loss.
+    Fsync,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::PageCache => "page-cache",
+            Durability::Fsync => "fsync",
+        }
+    }
+
+    /// SQLite's `PRAGMA synchronous` for this durability (WAL mode: FULL syncs the log at every
+    /// commit, NORMAL only at checkpoints).
+    pub fn sqlite_pragma(self) -> &'static str {
+        match self {
+            Durability::PageCache => "PRAGMA synchronous=NORMAL",
+            Durability::Fsync => "PRAGMA synchronous=FULL",
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    durability: Durability,
     chain: ChainPool,
     /// The SQLite database file (None on PostgreSQL), for the receipt writer's own connection.
     sqlite_file: Option<std::path::PathBuf>,
@@ -119,11 +152,17 @@ pub const MOVE_TO_NEW_PAGE_SIZE: &str =
 impl Store {
     /// Connects (creating the SQLite file and its directory when needed). Runs on the db runtime.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
-        let url = url.to_string();
-        spawn_db(async move { Self::connect_inner(&url).await }).await
+        Self::connect_with(url, Durability::PageCache).await
     }
 
-    async fn connect_inner(url: &str) -> Result<Store, StoreError> {
+    /// [`Store::connect`] whose commits are as durable as `durability` says, on every
+    /// connection (the receipt writer's own ones take it from [`Store::durability`]).
+    pub async fn connect_with(url: &str, durability: Durability) -> Result<Store, StoreError> {
+        let url = url.to_string();
+        spawn_db(async move { Self::connect_inner(&url, durability).await }).await
+    }
+
+    async fn connect_inner(url: &str, durability: Durability) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") { Backend::Sqlite } else { Backend::Postgres };
         let url = match backend {
@@ -132,9 +171,17 @@ impl Store {
         };
         let unavailable =
             |e: sqlx::Error| StoreError::Unavailable(crate::secrets::redact_credentials(&url, &e.to_string()));
-        let pool = any_pool(backend).connect(&url).await.map_err(unavailable)?;
-        let (chain, sqlite_file) = chain_pool(&url, backend).await.map_err(unavailable)?;
-        Ok(Store { pool, backend, chain, sqlite_file, journal: Default::default() })
+        let pool = any_pool(backend, durability).connect(&url).await.map_err(unavailable)?;
+        let (chain, sqlite_file) = chain_pool(&url, backend, durability).await.map_err(unavailable)?;
+        if backend == Backend::Postgres && durability == Durability::Fsync {
+            refuse_unflushed_postgres(&pool).await?;
+        }
+        Ok(Store { pool, backend, durability, chain, sqlite_file, journal: Default::default() })
+    }
+
+    /// How durable a commit is (`receipts.durability`).
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// Closes every pooled connection (waits for those in use to come back): for tests that
@@ -233,8 +280,28 @@ fn sqlite_url(url: &str) -> Result<String, StoreError> {
     Ok(url)
 }
 
+/// `receipts.durability: fsync` on a PostgreSQL server that does not flush its log (`fsync=off`):
+/// no session setting can make its commits durable, so the gateway does not start.
+async fn refuse_unflushed_postgres(pool: &AnyPool) -> Result<(), StoreError> {
+    use sqlx::Row;
+    let fsync: String = sqlx::query("SHOW fsync").fetch_one(pool).await?.try_get(0usize)?;
+    if fsync == "off" {
+        return Err(StoreError::Unavailable(
+            "receipts.durability is fsync, but the PostgreSQL server runs with fsync=off: its commits never reach \
+             stable storage; turn fsync on in postgresql.conf or use receipts.durability: page-cache"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// PostgreSQL with `receipts.durability: fsync`: every session of ours commits with
+/// `synchronous_commit=on` (the server's default), whatever a role or database setting says, so
+/// a commit returns only once its WAL is flushed.
+const PIN_SYNCHRONOUS_COMMIT: &str = "SET synchronous_commit = on";
+
 /// The options of the shared pool every query but the receipt append uses.
-fn any_pool(backend: Backend) -> AnyPoolOptions {
+fn any_pool(backend: Backend, durability: Durability) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(if backend == Backend::Sqlite { 4 } else { 10 })
         .acquire_timeout(Duration::from_secs(5))
@@ -248,12 +315,14 @@ fn any_pool(backend: Backend) -> AnyPoolOptions {
                         // [`NEW_DATABASE_PAGE_SIZE`].
                         NEW_DATABASE_PAGE_SIZE_PRAGMA,
                         "PRAGMA journal_mode=WAL",
-                        "PRAGMA synchronous=NORMAL",
+                        durability.sqlite_pragma(),
                         "PRAGMA busy_timeout=10000",
                         "PRAGMA foreign_keys=ON",
                     ] {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }
+                } else if durability == Durability::Fsync {
+                    sqlx::query(PIN_SYNCHRONOUS_COMMIT).execute(&mut *conn).await?;
                 }
                 Ok(())
             })
@@ -261,14 +330,22 @@ fn any_pool(backend: Backend) -> AnyPoolOptions {
 }
 
 /// The receipt writer's native pool ([`ChainPool`]) and, on SQLite, the database file.
-async fn chain_pool(url: &str, backend: Backend) -> Result<(ChainPool, Option<std::path::PathBuf>), sqlx::Error> {
+async fn chain_pool(
+    url: &str,
+    backend: Backend,
+    durability: Durability,
+) -> Result<(ChainPool, Option<std::path::PathBuf>), sqlx::Error> {
     match backend {
         Backend::Sqlite => {
             use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+            let synchronous = match durability {
+                Durability::PageCache => SqliteSynchronous::Normal,
+                Durability::Fsync => SqliteSynchronous::Full,
+            };
             let options = url
                 .parse::<SqliteConnectOptions>()?
                 .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
+                .synchronous(synchronous)
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true);
             let file = options.get_filename().to_path_buf();
@@ -283,6 +360,14 @@ async fn chain_pool(url: &str, backend: Backend) -> Result<(ChainPool, Option<st
             let pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(2)
                 .acquire_timeout(Duration::from_secs(5))
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        if durability == Durability::Fsync {
+                            sqlx::query(PIN_SYNCHRONOUS_COMMIT).execute(&mut *conn).await?;
+                        }
+                        Ok(())
+                    })
+                })
                 .connect(url)
                 .await?;
             Ok((ChainPool::Postgres(pool), None))

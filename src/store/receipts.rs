@@ -483,6 +483,13 @@ impl SqliteAppender {
         Ok(SqliteAppender { conn, busy, rules })
     }
 
+    /// Sets how durable this connection's commits are: with [`Durability::Fsync`] every commit
+    /// syncs the WAL before it returns (`synchronous=FULL`).
+    pub fn with_durability(self, durability: super::Durability) -> Result<SqliteAppender, StoreError> {
+        self.conn.execute_batch(durability.sqlite_pragma()).map_err(sqlite_err)?;
+        Ok(self)
+    }
+
     /// Checkpoints the frames the background checkpointer left behind (those appended while it
     /// ran), between two batches: no frame can be appended meanwhile, so the checkpoint
     /// completes unless a reader holds an old snapshot, and the next batch starts the WAL over.
@@ -1343,16 +1350,20 @@ pub(crate) mod tests {
                 }
                 Via::Journal => {
                     // A period far longer than the test: every read has the records written.
+                    // Flushed (`receipts.durability: fsync`): the same records read back.
+                    let hour = std::time::Duration::from_secs(3600);
                     let (mut journal, applier, progress) =
-                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600), RULES).unwrap();
+                        super::super::journal::open(&file, five, hour, RULES, super::super::Durability::Fsync).unwrap();
                     store.use_journal(progress);
                     std::thread::spawn(move || applier.run());
                     assert_eq!(journal.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
                     assert_eq!(journal.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
                 }
                 Via::Replayed => {
+                    let hour = std::time::Duration::from_secs(3600);
                     let (mut journal, applier, _) =
-                        super::super::journal::open(&file, five, std::time::Duration::from_secs(3600), RULES).unwrap();
+                        super::super::journal::open(&file, five, hour, RULES, super::super::Durability::PageCache)
+                            .unwrap();
                     assert_eq!(journal.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
                     assert_eq!(journal.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
                     drop((journal, applier));

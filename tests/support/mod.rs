@@ -14,6 +14,7 @@ pub mod standin_cloud;
 pub mod standin_mcp;
 pub mod standin_responses;
 pub mod standin_routes;
+pub mod strace;
 pub mod witness;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
