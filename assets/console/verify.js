@@ -105,7 +105,10 @@
       if (!m || m[1] !== origin) continue;
       const sig = unb64(m[2]);
       for (const vk of verifierKeys.keys || []) {
-        const [name, hash, keyB64] = vk.verifierKey.split("+");
+        // `name+hash+key`: the key's base64 may itself hold a `+`.
+        const m2 = /^([^+]+)\+([0-9a-f]{8})\+(.+)$/.exec(vk.verifierKey);
+        if (!m2) continue;
+        const [, name, hash, keyB64] = m2;
         const key = unb64(keyB64);
         if (name !== origin || hash !== hex(sig.slice(0, 4)) || key[0] !== 1) continue;
         const pub = await crypto.subtle.importKey("raw", key.slice(1), { name: "Ed25519" }, false, ["verify"]);

@@ -161,3 +161,11 @@ ensure_openssl() {
   command -v openssl >/dev/null && return 0
   _setup_apt_install openssl || _setup_say "the openssl command is missing (Debian: apt-get install openssl)"
 }
+
+# tests/console_browser.rs drives Debian's chromium headless through Playwright (Playwright's own
+# browser download is not used: the system executable is). Without root this only reports: the
+# test then skips unless TOLLGATE_REQUIRE_BROWSER_TESTS=1.
+ensure_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  _setup_apt_install chromium || _setup_say "chromium missing (Debian: apt-get install chromium)"
+}
