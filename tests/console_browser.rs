@@ -62,13 +62,97 @@ fn console_in_a_browser() {
     let (g, _standin) = with_standin(&Backend::Sqlite, &[]);
     let mut pytest = Command::new(&py);
     pytest
-        .args(["-m", "pytest", "tests/console", "-q", "-p", "no:cacheprovider", "-x"])
+        .args(["-m", "pytest", "tests/console/test_console_browser.py", "-q", "-p", "no:cacheprovider", "-x"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("TOLLGATE_CONSOLE_URL", format!("http://{}", g.mgmt))
         .env("TOLLGATE_GATEWAY_URL", format!("http://{}", g.gw))
         .env("TOLLGATE_MANAGER_KEY", &g.key)
         .env("TOLLGATE_SQLITE", g.dir.join("tollgate.db"))
         .env("TOLLGATE_CHROMIUM", &browser);
+    if let Some(dir) = std::env::var_os("TOLLGATE_CONSOLE_SCREENSHOTS") {
+        pytest.env("TOLLGATE_CONSOLE_SCREENSHOTS", dir);
+    }
     let status = pytest.status().expect("run pytest");
     assert!(status.success(), "console browser tests failed ({status}); output above. Server log:\n{}", g.logs());
+}
+
+/// The OpenID provider of the SSO test: `node tests/console/oidc/provider.mjs`, ready once it
+/// says so; killed on drop.
+struct Provider(std::process::Child);
+
+impl Provider {
+    fn start(port: u16, redirect: &str, tenant: &str) -> Provider {
+        use std::io::BufRead;
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/oidc");
+        let mut child = Command::new("node")
+            .arg("provider.mjs")
+            .current_dir(&dir)
+            .env("PORT", port.to_string())
+            .env("REDIRECT_URI", redirect)
+            .env("TENANT", tenant)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start node");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("ready"), "oidc-provider did not start: {line}");
+        // Keep reading what it prints: a closed pipe would end it (EPIPE).
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        Provider(child)
+    }
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Why the SSO test cannot run here (no node, or `npm ci` not run in tests/console/oidc).
+fn no_provider() -> Option<String> {
+    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/oidc/node_modules/oidc-provider");
+    match Command::new("node").arg("--version").output() {
+        Ok(o) if o.status.success() && modules.exists() => None,
+        Ok(o) if o.status.success() => Some(format!("{} is missing (npm ci in tests/console/oidc)", modules.display())),
+        _ => Some("no node".into()),
+    }
+}
+
+#[test]
+fn console_single_sign_on_in_a_browser() {
+    let (py, browser) = (python(), chromium());
+    if let Some(reason) = unusable(&py, &browser).or_else(no_provider) {
+        if std::env::var("TOLLGATE_REQUIRE_BROWSER_TESTS").is_ok_and(|v| v == "1") {
+            panic!("TOLLGATE_REQUIRE_BROWSER_TESTS=1 but {reason}; set up with `{SETUP}` and `npm ci` in tests/console/oidc");
+        }
+        eprintln!("skipping the console's SSO test: {reason}");
+        return;
+    }
+    let idp = support::free_port();
+    let conf = std::env::temp_dir().join(format!("tollgate-console-sso-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let yaml = format!(
+        "console:\n  oidc:\n    issuer: \"http://localhost:{idp}\"\n    client_id: tollgate-console\n    \
+         client_secret: console-secret\n    claims: {{ tenant: tenant, role: role }}\n"
+    );
+    std::fs::write(&conf, yaml).unwrap();
+    let g = support::Gateway::start(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
+    let _provider = Provider::start(idp, &format!("http://{}/console/oidc/callback", g.mgmt), &g.tenant_id);
+    let mut pytest = Command::new(&py);
+    pytest
+        .args(["-m", "pytest", "tests/console/test_console_oidc.py", "-q", "-p", "no:cacheprovider", "-x"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("TOLLGATE_CONSOLE_URL", format!("http://{}", g.mgmt))
+        .env("TOLLGATE_GATEWAY_URL", format!("http://{}", g.gw))
+        .env("TOLLGATE_MANAGER_KEY", &g.key)
+        .env("TOLLGATE_SQLITE", g.dir.join("tollgate.db"))
+        .env("TOLLGATE_IDP_URL", format!("http://localhost:{idp}"))
+        .env("TOLLGATE_CHROMIUM", &browser);
+    if let Some(dir) = std::env::var_os("TOLLGATE_CONSOLE_SCREENSHOTS") {
+        pytest.env("TOLLGATE_CONSOLE_SCREENSHOTS", dir);
+    }
+    let status = pytest.status().expect("run pytest");
+    let _ = std::fs::remove_file(&conf);
+    assert!(status.success(), "console SSO tests failed ({status}); output above. Server log:\n{}", g.logs());
 }

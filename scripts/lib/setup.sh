@@ -169,3 +169,10 @@ ensure_chromium() {
   [ -x /usr/bin/chromium ] && return 0
   _setup_apt_install chromium || _setup_say "chromium missing (Debian: apt-get install chromium)"
 }
+
+# The console's SSO test (tests/console_browser.rs) runs oidc-provider on Node.js, installed by
+# `npm ci` in tests/console/oidc. Without root this only reports.
+ensure_node() {
+  command -v node >/dev/null && command -v npm >/dev/null && return 0
+  _setup_apt_install nodejs npm || _setup_say "node/npm missing (Debian: apt-get install nodejs npm)"
+}

@@ -8,6 +8,7 @@
 
 mod api;
 mod limiter;
+mod oidc;
 mod pages;
 mod render;
 mod request;
@@ -30,11 +31,20 @@ use crate::error::ApiError;
 /// The console's state in the management app.
 pub struct Console {
     limiter: SignInLimiter,
+    /// Single sign-on, when `console.oidc` is set.
+    sso: Option<oidc::Sso>,
 }
 
 impl Console {
     pub fn new(app: &App) -> Console {
-        Console { limiter: SignInLimiter::new(app.config.console.sign_in_failures_per_minute) }
+        let sso = app.config.console.oidc.clone().and_then(|cfg| match oidc::Sso::new(cfg) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("console: single sign-on is off: {e}");
+                None
+            }
+        });
+        Console { limiter: SignInLimiter::new(app.config.console.sign_in_failures_per_minute), sso }
     }
 
     /// Answers one `/console/...` request.
@@ -53,6 +63,8 @@ impl Console {
         match (&req.method, segs.as_slice()) {
             (&Method::GET, ["sign-in"]) => return sign_in_form(app, &req, None, 200),
             (&Method::POST, ["sign-in"]) => return self.sign_in(app, &req).await,
+            (&Method::GET, ["oidc", "start"]) => return self.sso_start(app, &req).await,
+            (&Method::GET, ["oidc", "callback"]) => return self.sso_finish(app, &req).await,
             _ => {}
         }
         let resumed = match cookie(&req.cookie, COOKIE) {
@@ -96,6 +108,58 @@ impl Console {
     }
 }
 
+impl Console {
+    async fn sso_start(&self, app: &App, req: &Request) -> Reply {
+        let Some(sso) = &self.sso else { return message(404, "Not found", "Single sign-on is not configured.") };
+        match sso.start(&own_origin(app, req)).await {
+            Ok((url, state)) => redirect(&url, vec![flow_cookie(app, &state, 600)]),
+            Err(e) => sign_in_form(app, req, Some(format!("Single sign-on is unavailable: {e}")), 502),
+        }
+    }
+
+    /// The identity provider's answer: a verified identity becomes a session (its cookie is
+    /// `Strict`, so the browser goes on to the console from a page of ours, not by redirect).
+    async fn sso_finish(&self, app: &App, req: &Request) -> Reply {
+        let Some(sso) = &self.sso else { return message(404, "Not found", "Single sign-on is not configured.") };
+        if let Some(err) = req.query("error") {
+            let why = req.query("error_description").unwrap_or(err);
+            return sign_in_form(app, req, Some(format!("The identity provider refused the sign-in: {why}")), 401);
+        }
+        let state = cookie(&req.cookie, oidc::FLOW_COOKIE).unwrap_or_default();
+        let done = sso.finish(req.query("state").unwrap_or(""), &state, req.query("code").unwrap_or("")).await;
+        let who = match done {
+            Ok(who) => who,
+            Err(e) => return sign_in_form(app, req, Some(format!("Single sign-on refused: {e}")), 401),
+        };
+        match crate::store::tenants::exists(&app.store, &who.tenant).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return sign_in_form(app, req, Some(format!("Single sign-on refused: no tenant `{}`", who.tenant)), 401)
+            }
+            Err(e) => return message(500, "Error", &e.to_string()),
+        }
+        let (subject, role) = (who.subject.clone(), who.role.clone());
+        match session::open(app, Who::Sso { tenant: who.tenant, subject: who.subject, role: who.role }).await {
+            Ok((id, _)) => {
+                let cookies = vec![set_cookie(COOKIE, &id, None, secure(app)), flow_cookie(app, "", 0)];
+                page(200, "sso_done.html", json!({"subject": subject, "role": role}), cookies)
+            }
+            Err(e) => message(e.status(), "Error", &e.message),
+        }
+    }
+}
+
+/// This listener's origin as the browser sees it.
+fn own_origin(app: &App, req: &Request) -> String {
+    format!("{}://{}", if secure(app) { "https" } else { "http" }, req.host)
+}
+
+/// The single sign-on flow's cookie: `Lax`, so the identity provider's redirect back carries it.
+fn flow_cookie(app: &App, state: &str, max_age: u64) -> String {
+    let secure = if secure(app) { "; Secure" } else { "" };
+    format!("{}={state}; Path=/console/oidc; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}", oidc::FLOW_COOKIE)
+}
+
 /// Pages behind a live session: sign-out, then the CSRF check of every form, then the page.
 async fn signed_in(app: &App, api: &dyn Api, req: &Request, id: &str, s: &Session) -> Reply {
     if req.method == Method::POST {
@@ -128,8 +192,7 @@ fn same_origin(app: &App, req: &Request) -> bool {
     if req.fetch_site.as_deref().is_some_and(|s| s != "same-origin" && s != "none") {
         return false;
     }
-    let scheme = if secure(app) { "https" } else { "http" };
-    let own = format!("{scheme}://{}", req.host);
+    let own = own_origin(app, req);
     let public = app.config.console.oidc.as_ref().map(|o| o.public_url.trim_end_matches('/').to_string());
     match req.origin.as_deref() {
         Some(o) => o == own || public.is_some_and(|p| !p.is_empty() && p == o),

@@ -24,6 +24,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("sign_in.html", include_str!("templates/sign_in.html")),
     ("message.html", include_str!("templates/message.html")),
     ("notice.html", include_str!("templates/notice.html")),
+    ("sso_done.html", include_str!("templates/sso_done.html")),
     ("overview.html", include_str!("templates/overview.html")),
     ("receipts.html", include_str!("templates/receipts.html")),
     ("receipt.html", include_str!("templates/receipt.html")),
