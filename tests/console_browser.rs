@@ -59,10 +59,14 @@ fn console_in_a_browser() {
         eprintln!("skipping the console's browser tests: {reason} (set up with `{SETUP}`)");
         return;
     }
-    let (g, _standin) = with_standin(&Backend::Sqlite, &[]);
+    let (mut g, _standin) = with_standin(&Backend::Sqlite, &[]);
+    // The Evidence page verifies a period of more than 10 000 receipts in the browser.
+    g.stop();
+    seed_receipts(&g, 10_000);
+    g.spawn();
     let mut pytest = Command::new(&py);
     pytest
-        .args(["-m", "pytest", "tests/console/test_console_browser.py", "-q", "-p", "no:cacheprovider", "-x"])
+        .args(["-m", "pytest", "tests/console/test_console_browser.py", "-q", "-s", "-p", "no:cacheprovider", "-x"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("TOLLGATE_CONSOLE_URL", format!("http://{}", g.mgmt))
         .env("TOLLGATE_GATEWAY_URL", format!("http://{}", g.gw))
@@ -74,6 +78,48 @@ fn console_in_a_browser() {
     }
     let status = pytest.status().expect("run pytest");
     assert!(status.success(), "console browser tests failed ({status}); output above. Server log:\n{}", g.logs());
+}
+
+/// `n` signed, chained model-call receipts of the test tenant, stamped now, appended through the
+/// receipt writer's own batch append with the server's signing key (the server is stopped).
+fn seed_receipts(g: &support::Gateway, n: u64) {
+    use std::sync::Arc;
+    use tollgate::receipts::canonical::Check;
+    use tollgate::receipts::signer::Signer;
+    use tollgate::receipts::{CacheSide, Draft, Kind, UpstreamStatus};
+    let signer = Arc::new(Signer::load_or_create(&g.dir.join("signing.key")).expect("the server's signing key"));
+    let url = format!("sqlite://{}", g.dir.join("tollgate.db").display());
+    let draft = |i: u64| Draft {
+        tenant_id: g.tenant_id.as_str().into(),
+        receipt_id: uuid::Uuid::now_v7().to_string(),
+        request_id: format!("seed-{i}"),
+        actor: "seeded-key".into(),
+        provider: "openai".into(),
+        model: "gpt-4o-mini".into(),
+        prompt_tokens: 100 + i % 50,
+        completion_tokens: 40,
+        cost_usd: 0.000042,
+        checks: vec![Check { name: "policy".into(), result: "allow".into() }],
+        upstream_status: UpstreamStatus::Ok,
+        ts: tollgate::receipts::receipt_ts(chrono::Utc::now()),
+        kind: Kind::ModelCall,
+        pack_version: "seed".into(),
+        cache: CacheSide::default(),
+        events: Vec::new(),
+        outbox: Vec::new(),
+        subject: None,
+        attempts: Vec::new(),
+        key_id: "seeded-key".into(),
+    };
+    tollgate::store::db_runtime().block_on(async {
+        let db = tollgate::store::Store::connect(&url).await.unwrap();
+        let mut done = 0;
+        while done < n {
+            let batch: Vec<Draft> = (done..(done + 2000).min(n)).map(draft).collect();
+            done += batch.len() as u64;
+            tollgate::receipts::rows::append_batch(&db, batch, signer.clone()).await.unwrap();
+        }
+    });
 }
 
 /// The OpenID provider of the SSO test: `node tests/console/oidc/provider.mjs`, ready once it
