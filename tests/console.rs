@@ -113,6 +113,7 @@ fn console_sessions_forms_and_pages() {
         let g = Gateway::start(&b, &[]);
         sign_in_and_pages(&g);
         refusals(&g);
+        forms(&g);
         sessions_end(&g);
         sign_in_limit(&g);
     }
@@ -176,6 +177,55 @@ fn sign_in_and_pages(g: &Gateway) {
     let r = br.post("/console/policies", &[("_csrf", &token), ("name", "p"), ("yaml", "rules:\n  - nope: [\n")]);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("id=\"err-at\"") && r.text().contains("Line "), "{}", r.text());
+}
+
+/// The other forms, each one API call: the result on the page, or the API's error at its field.
+fn forms(g: &Gateway) {
+    let mut br = Browser::new(g);
+    br.sign_in(&g.key);
+    let token = csrf(&br.get("/console/").text());
+    let (kid, _) = g.new_key(&g.key, &json!({"label": "limited"}));
+    // Limits and revocation of a key.
+    let r = br.post(&format!("/console/keys/{kid}/limits"), &[("_csrf", &token), ("rpmLimit", "7"), ("tpmLimit", "")]);
+    assert_eq!(r.status, 303, "{}", r.text());
+    let keys = g.get_json(&g.key, "/v1/keys?limit=200");
+    let k = keys["data"].as_array().unwrap().iter().find(|k| k["id"] == kid.as_str()).unwrap().clone();
+    assert_eq!((k["rpmLimit"].clone(), k["tpmLimit"].clone()), (json!(7), json!(null)));
+    let r = br.post(&format!("/console/keys/{kid}/limits"), &[("_csrf", &token), ("rpmLimit", "-3")]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("id=\"err-rpmLimit\"") || r.text().contains("class=\"error\""), "{}", r.text());
+    assert_eq!(br.post(&format!("/console/keys/{kid}/revoke"), &[("_csrf", &token)]).status, 303);
+    let keys = g.get_json(&g.key, "/v1/keys?limit=200");
+    assert!(!keys["data"].as_array().unwrap().iter().any(|k| k["id"] == kid.as_str()), "revoked");
+    // A team; a provider credential, shown masked, and its test; a prompt.
+    assert_eq!(br.post("/console/teams", &[("_csrf", &token), ("name", "console team")]).status, 303);
+    assert!(br.get("/console/teams").text().contains("console team"));
+    let r = br.post("/console/providers/openai", &[("_csrf", &token), ("api_key", "sk-console-secret-1234"), ("base_url", "http://127.0.0.1:9")]);
+    assert_eq!(r.status, 303, "{}", r.text());
+    let page = br.get("/console/providers").text();
+    assert!(!page.contains("sk-console-secret-1234") && page.contains("1234"), "masked: {page}");
+    let r = br.post("/console/providers/openai/test", &[("_csrf", &token)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("id=\"test-result\""), "{}", r.text());
+    let r = br.post("/console/prompts", &[("_csrf", &token), ("name", "greeting"), ("content", "Hello {{name}}")]);
+    assert_eq!(r.status, 303, "{}", r.text());
+    // Bad input: the API's error at its field (a private webhook URL; a team without a name).
+    let r = br.post("/console/webhooks", &[("_csrf", &token), ("url", "http://127.0.0.1:9/hook"), ("events", "budget.exceeded")]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("id=\"err-url\""), "{}", r.text());
+    let r = br.post("/console/teams", &[("_csrf", &token), ("name", "")]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("role=\"alert\""), "{}", r.text());
+    // Evidence: the coverage drill-down of a control, and a bad period named.
+    let packs = g.get_json(&g.key, "/v1/compliance/packs");
+    let fw = packs["data"][0]["framework"].as_str().unwrap().to_string();
+    let cov = g.get_json(&g.key, &format!("/v1/compliance/coverage/{fw}"));
+    let control = cov["controls"][0]["id"].as_str().unwrap().to_string();
+    let r = br.get(&format!("/console/evidence/coverage/{fw}/{}", control.replace(':', "%3A")));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = br.get("/console/evidence?from=2026-02-01T00:00&to=2026-01-01T00:00");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("must not be later"), "{}", r.text());
 }
 
 fn refusals(g: &Gateway) {

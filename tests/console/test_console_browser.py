@@ -58,6 +58,7 @@ def test_evidence_chain_of_ten_thousand_verified_in_the_browser(page):
     assert count >= 10000, text
     assert page.locator("#chain-progress").evaluate("p => p.value === p.max")
     print("evidence chain:", text)  # the time it took, for the report (no timed assertion)
+    page.locator("#chain-status").scroll_into_view_if_needed()
     shot(page, "evidence")
     with page.expect_download() as dl:
         page.click("#bundle")
@@ -92,6 +93,24 @@ def test_chat_receipt_verified_then_tampered(page):
     assert text.startswith("Not verified") and "do not match its hash" in text, text
     assert page.locator("#verify-steps li.fail").count() >= 2  # the hash, and so the signature
     shot(page, "receipt-tampered")
+
+
+def test_receipt_filters_update_the_list(page):
+    sign_in(page)
+    page.goto("/console/receipts")
+    page.fill("#actor", SHARED["dev_id"] + "/" + XSS)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**actor=*")
+    rows = page.locator("#receipts tbody tr")
+    assert rows.count() >= 1
+    for i in range(rows.count()):
+        assert XSS in rows.nth(i).locator(".actor").inner_text()
+    page.fill("#actor", "")
+    page.select_option("#upstreamStatus", "timeout")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**upstreamStatus=timeout*")
+    assert "No receipt matches." in page.locator("#receipts").inner_text()
+    assert not page.dialogs
 
 
 def test_model_name_with_script_is_text(page):

@@ -73,3 +73,12 @@ pub fn notice(c: &Ctx<'_>, e: &ApiError) -> Reply {
 pub fn done(to: &str) -> Result<Reply, ApiError> {
     Ok(redirect(to, Vec::new()))
 }
+
+/// A number typed into a form, as JSON: an integer when it is one, else a decimal, else the text
+/// as it is (so the API names the field that is not a number).
+pub fn number_value(v: &str) -> Value {
+    if let Ok(n) = v.parse::<i64>() {
+        return Value::from(n);
+    }
+    v.parse::<f64>().ok().filter(|n| n.is_finite()).map(Value::from).unwrap_or_else(|| Value::from(v))
+}

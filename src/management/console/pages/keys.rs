@@ -24,7 +24,7 @@ fn form(c: &Ctx<'_>) -> Value {
 fn number(c: &Ctx<'_>, name: &str) -> Value {
     match c.field(name) {
         "" => Value::Null,
-        v => v.parse::<f64>().map(|n| json!(n)).unwrap_or_else(|_| json!(v)),
+        v => super::ctx::number_value(v),
     }
 }
 

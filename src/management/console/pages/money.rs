@@ -18,7 +18,7 @@ pub async fn page(c: &Ctx<'_>, error: Option<Value>) -> Result<Reply, ApiError> 
 /// A new budget request (any key that may spend: the API decides).
 pub async fn request(c: &Ctx<'_>) -> Result<Reply, ApiError> {
     let amount = c.field("amountUsd");
-    let amount = amount.parse::<f64>().map(|n| json!(n)).unwrap_or_else(|_| json!(amount));
+    let amount = super::ctx::number_value(amount);
     let body = json!({"budgetId": c.field("budgetId"), "amountUsd": amount, "reason": c.field("reason")});
     match c.send(Method::POST, "/v1/budgets/requests", &body).await {
         Ok(_) => done("/console/budgets"),

@@ -50,8 +50,17 @@ fn bars(values: &BTreeMap<String, f64>) -> Value {
     values
         .iter()
         .enumerate()
-        .map(|(i, (k, v))| json!({"label": k, "value": (v * 1e6).round() / 1e6, "pct": pct(*v), "y": i * 28}))
+        .map(|(i, (k, v))| json!({"label": k, "value": shown(*v), "pct": pct(*v), "y": i * 28}))
         .collect()
+}
+
+/// A whole count as an integer, money to six decimals.
+fn shown(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9e15 {
+        json!(v as i64)
+    } else {
+        json!((v * 1e6).round() / 1e6)
+    }
 }
 
 pub async fn page(c: &Ctx<'_>) -> Result<Reply, ApiError> {

@@ -109,7 +109,7 @@ fn provider_body(c: &Ctx<'_>) -> Value {
 fn team_body(c: &Ctx<'_>) -> Value {
     let pool = match c.field("budgetPoolUsd") {
         "" => Value::Null,
-        v => v.parse::<f64>().map(|n| json!(n)).unwrap_or_else(|_| json!(v)),
+        v => super::ctx::number_value(v),
     };
     json!({"name": c.field("name"), "budgetPoolUsd": pool})
 }
