@@ -200,7 +200,10 @@ fn forms(g: &Gateway) {
     // A team; a provider credential, shown masked, and its test; a prompt.
     assert_eq!(br.post("/console/teams", &[("_csrf", &token), ("name", "console team")]).status, 303);
     assert!(br.get("/console/teams").text().contains("console team"));
-    let r = br.post("/console/providers/openai", &[("_csrf", &token), ("api_key", "sk-console-secret-1234"), ("base_url", "http://127.0.0.1:9")]);
+    let r = br.post(
+        "/console/providers/openai",
+        &[("_csrf", &token), ("api_key", "sk-console-secret-1234"), ("base_url", "http://127.0.0.1:9")],
+    );
     assert_eq!(r.status, 303, "{}", r.text());
     let page = br.get("/console/providers").text();
     assert!(!page.contains("sk-console-secret-1234") && page.contains("1234"), "masked: {page}");
@@ -209,8 +212,35 @@ fn forms(g: &Gateway) {
     assert!(r.text().contains("id=\"test-result\""), "{}", r.text());
     let r = br.post("/console/prompts", &[("_csrf", &token), ("name", "greeting"), ("content", "Hello {{name}}")]);
     assert_eq!(r.status, 303, "{}", r.text());
+    // The playground: a run goes through the gateway with the session's own key (the provider
+    // here answers nothing, so the run's error is what the page shows).
+    let prompts = g.get_json(&g.key, "/v1/prompts?limit=200");
+    let pid = prompts["data"][0]["id"].as_str().unwrap().to_string();
+    let page = br.get(&format!("/console/prompts?prompt={pid}")).text();
+    let vid = page.split("name=\"versionId\"").nth(1).and_then(|t| t.split("value=\"").nth(1)).unwrap();
+    let vid = vid[..vid.find('"').unwrap()].to_string();
+    let r = br.post(
+        "/console/prompts/run",
+        &[
+            ("_csrf", &token),
+            ("promptId", &pid),
+            ("versionId", &vid),
+            ("variables", "{\"name\": \"Ada\"}"),
+            ("model", "gpt-4o-mini"),
+        ],
+    );
+    eprintln!("prompt run: {} {}", r.status, r.text().split("<main").nth(1).unwrap_or(""));
+    assert!(r.text().contains("id=\"run-result\"") || r.text().contains("role=\"alert\""), "{}", r.text());
+    let r = br.post(
+        "/console/prompts/run",
+        &[("_csrf", &token), ("promptId", &pid), ("versionId", &vid), ("variables", "not json")],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
     // Bad input: the API's error at its field (a private webhook URL; a team without a name).
-    let r = br.post("/console/webhooks", &[("_csrf", &token), ("url", "http://127.0.0.1:9/hook"), ("events", "budget.exceeded")]);
+    let r = br.post(
+        "/console/webhooks",
+        &[("_csrf", &token), ("url", "http://127.0.0.1:9/hook"), ("events", "budget.exceeded")],
+    );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("id=\"err-url\""), "{}", r.text());
     let r = br.post("/console/teams", &[("_csrf", &token), ("name", "")]);

@@ -126,6 +126,19 @@ def test_model_name_with_script_is_text(page):
     assert page.evaluate("document.querySelectorAll('script:not([src]):not([type=\"application/json\"])').length") == 0
 
 
+def test_prompt_playground_runs_through_the_gateway(page):
+    prompt = api("POST", "/v1/prompts", body={"name": "greet", "content": "Say hello to {{name}}"})
+    sign_in(page)
+    page.goto(f"/console/prompts?prompt={prompt['id']}")
+    page.fill("#f-variables", '{"name": "Ada"}')
+    page.fill("#f-model", "gpt-4o-mini")
+    page.click("form[action='/console/prompts/run'] button[type=submit]")
+    result = page.locator("#run-result")
+    assert result.count() == 1, page.content()
+    assert "Hello from stand-in" in result.inner_text(), result.inner_text()
+    shot(page, "prompts")
+
+
 def test_approve_budget_request(page):
     budget = api("POST", "/v1/budgets", body={"scope": "key", "scopeId": SHARED["dev_id"], "amountUsd": 1,
                                                 "period": "monthly"})
