@@ -96,6 +96,10 @@ pub async fn open(app: &App, who: Who) -> Result<(String, SessionRow), ApiError>
         created_ms: now,
         seen_ms: now,
     };
+    // Sessions that ended by expiry without a last request are removed here, at each sign-in.
+    let cfg = &app.config.console;
+    let (oldest, idlest) = (now - (cfg.session_hours * 3_600_000) as i64, now - (cfg.idle_minutes * 60_000) as i64);
+    console_sessions::sweep(&app.store, oldest, idlest).await?;
     console_sessions::insert(&app.store, row.clone()).await?;
     Ok((id, row))
 }
