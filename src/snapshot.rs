@@ -101,6 +101,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The key whose SHA-256 is `digest` (a console session names its key so, never by secret).
+    pub fn key_by_digest(&self, digest: &[u8; 32]) -> Option<&Arc<KeyEntry>> {
+        self.keys.get(digest)
+    }
+
     pub fn key(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
         if !secret.starts_with(crate::keys::PREFIX) {
             return None;

@@ -180,3 +180,18 @@ ensure_faketime() {
   done
   _setup_apt_install libfaketime || _setup_say "libfaketime missing (Debian: apt-get install libfaketime)"
 }
+
+# tests/console_browser.rs drives Debian's chromium headless through Playwright (Playwright's own
+# browser download is not used: the system executable is). Without root this only reports: the
+# test then skips unless TOLLGATE_REQUIRE_BROWSER_TESTS=1.
+ensure_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  _setup_apt_install chromium || _setup_say "chromium missing (Debian: apt-get install chromium)"
+}
+
+# The console's SSO test (tests/console_browser.rs) runs oidc-provider on Node.js, installed by
+# `npm ci` in tests/console/oidc. Without root this only reports.
+ensure_node() {
+  command -v node >/dev/null && command -v npm >/dev/null && return 0
+  _setup_apt_install nodejs npm || _setup_say "node/npm missing (Debian: apt-get install nodejs npm)"
+}

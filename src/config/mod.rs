@@ -6,6 +6,7 @@
 //! Config names no provider: which names `providers:` and `routes:` may use, and their defaults,
 //! come from the [`Vocabulary`] the providers layer passes in (`vocabulary.rs`).
 
+pub mod console;
 mod env;
 mod load;
 pub mod otlp;
@@ -71,6 +72,8 @@ pub struct Config {
     pub cluster: ClusterSection,
     #[serde(default)]
     pub log: tenant_log::LogSection,
+    #[serde(default)]
+    pub console: console::ConsoleSection,
 }
 
 /// What the checks that keep their counters in Redis do while it does not answer.
@@ -444,6 +447,7 @@ impl Config {
             receipts: ReceiptsSection::default(),
             cluster: ClusterSection::default(),
             log: tenant_log::LogSection::default(),
+            console: console::ConsoleSection::default(),
             telemetry: TelemetrySection::default(),
             webhooks: WebhooksSection::default(),
             billing: BillingSection::default(),

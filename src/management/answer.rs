@@ -22,19 +22,27 @@ pub async fn answer(http: &mut ServerSession, reply: Handled) -> bool {
             let h = ResponseHeader::build(204, Some(1)).expect("valid status");
             (204, write_whole(http, h, Vec::new()).await)
         }
-        Ok(Reply::Bytes { headers, body }) => {
-            let mut h = ResponseHeader::build(200, Some(headers.len() + 1)).expect("valid status");
-            for (k, v) in headers {
-                let _ = h.insert_header(k, v);
-            }
-            let _ = h.insert_header("content-length", body.len().to_string());
-            (200, write_whole(http, h, body).await)
-        }
+        Ok(Reply::Bytes { headers, body }) => (200, write_page(http, 200, headers, body).await),
+        Ok(Reply::Page { status, headers, body }) => (status, write_page(http, status, headers, body).await),
         Ok(Reply::Stream { headers, body }) => (200, write_stream(http, headers, body).await),
         Err(e) => (e.status(), write_error(http, e).await),
     };
     METRICS.management_requests.with_label_values(&[&method, &status.to_string()]).inc();
     written
+}
+
+async fn write_page(
+    http: &mut ServerSession,
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+) -> bool {
+    let mut h = ResponseHeader::build(status, Some(headers.len() + 1)).expect("valid status");
+    for (k, v) in headers {
+        let _ = h.append_header(k, v);
+    }
+    let _ = h.insert_header("content-length", body.len().to_string());
+    write_whole(http, h, body).await
 }
 
 async fn write_error(http: &mut ServerSession, e: ApiError) -> bool {

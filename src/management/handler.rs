@@ -48,6 +48,12 @@ pub enum Reply {
         headers: Vec<(&'static str, String)>,
         body: Vec<u8>,
     },
+    /// A whole body with its own status and headers (the console's pages, redirects, assets).
+    Page {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Vec<u8>,
+    },
     /// A body produced piece by piece (exports), so large answers never sit in memory whole.
     Stream {
         headers: Vec<(&'static str, String)>,

@@ -14,8 +14,10 @@ use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 
 use super::answer::answer;
-use super::handler::{Caller, Handled, Req};
+use super::console::{self, Console};
+use super::handler::{Caller, Handled, Reply, Req};
 use super::nul;
+use super::query::{parse_query, percent_decode};
 use super::routes::{self, Call, Found, KeyedHandler, Route, Serve};
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
@@ -24,28 +26,14 @@ use crate::store::audit;
 
 pub struct ManagementApp {
     app: Arc<App>,
+    console: Console,
 }
 
 impl ManagementApp {
     pub fn new(app: Arc<App>) -> Self {
-        ManagementApp { app }
+        let console = Console::new(&app);
+        ManagementApp { app, console }
     }
-}
-
-fn parse_query(q: Option<&str>) -> Vec<(String, String)> {
-    let Some(q) = q else { return Vec::new() };
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
-/// A query component: `+` is a space, `%XX` a byte (a malformed `%` stays as it is).
-pub fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
 }
 
 fn bearer(session: &ServerSession) -> Option<String> {
@@ -97,6 +85,9 @@ impl ManagementApp {
 
         // Only `/v1/...` needs a key; anything else is public (`/status`, `/openapi.json`) or
         // unknown. An unknown `/v1` path still answers 401 first: no route oracle without a key.
+        if segments.first().map(String::as_str) == Some("console") && self.app.config.console.enabled {
+            return Ok(self.console(session, segments, query).await);
+        }
         if segments.first().map(String::as_str) != Some("v1") {
             return self.public(method.as_str(), &path, &segments).await;
         }
@@ -106,6 +97,38 @@ impl ManagementApp {
         let request_id = request_id(session);
         let req = Req { method, segments, query, body, request_id };
         self.route(&caller, &req).await
+    }
+
+    /// A `/console/...` request, to the console (which calls back into [`Self::call`]).
+    async fn console(
+        &self,
+        session: &mut ServerSession,
+        mut segments: Vec<String>,
+        query: Vec<(String, String)>,
+    ) -> Reply {
+        segments.remove(0);
+        let header =
+            |name: &str| session.req_header().headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let (cookie, origin, fetch_site) = (header("cookie"), header("origin"), header("sec-fetch-site"));
+        let host = header("host").or_else(|| session.req_header().uri.authority().map(|a| a.to_string()));
+        let client = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        let method = session.req_header().method.clone();
+        let body = match read_body(session, self.app.config.limits.management_max_body_bytes).await {
+            Ok(b) => b,
+            Err(e) => return console::api_error_reply(&e),
+        };
+        let req = console::Request {
+            method,
+            path: segments,
+            query,
+            cookie: cookie.unwrap_or_default(),
+            origin,
+            host: host.unwrap_or_default(),
+            fetch_site,
+            body,
+            client,
+        };
+        self.console.serve(&self.app, self, req).await
     }
 
     /// A path outside `/v1`: served without a key when the table has it, else 404.
@@ -191,6 +214,30 @@ impl ManagementApp {
     }
 }
 
+/// The console's calls: the same route table, checks and records as a request with the key.
+#[async_trait]
+impl console::Api for ManagementApp {
+    async fn call(
+        &self,
+        caller: &Caller,
+        method: http::Method,
+        path: &str,
+        query: &[(String, String)],
+        body: Vec<u8>,
+    ) -> Handled {
+        let segments: Vec<String> =
+            path.trim_matches('/').split('/').filter(|s| !s.is_empty()).map(percent_decode).collect();
+        let query = query.to_vec();
+        nul::check_request(&segments, &query)?;
+        if segments.first().map(String::as_str) != Some("v1") {
+            return self.public(method.as_str(), path, &segments).await;
+        }
+        let request_id = uuid::Uuid::now_v7().to_string();
+        let req = Req { method, segments, query, body: body.into(), request_id };
+        self.route(caller, &req).await
+    }
+}
+
 #[async_trait]
 impl HttpServerApp for ManagementApp {
     async fn process_new_http(
@@ -216,18 +263,5 @@ impl HttpServerApp for ManagementApp {
             Ok(stream) => stream.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
             Err(_) => None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("eu-ai-act%3Aart-12"), "eu-ai-act:art-12");
-        assert_eq!(percent_decode("a+b%20c"), "a b c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
     }
 }

@@ -17,6 +17,7 @@ pub mod budget_requests;
 pub mod budgets;
 pub mod change;
 pub mod checkpoints;
+pub mod console_sessions;
 mod error;
 pub mod journal;
 pub mod keys;
