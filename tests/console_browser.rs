@@ -184,7 +184,7 @@ fn console_single_sign_on_in_a_browser() {
     );
     std::fs::write(&conf, yaml).unwrap();
     let g = support::Gateway::start(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
-    let _provider = Provider::start(idp, &format!("http://{}/console/oidc/callback", g.mgmt), &g.tenant_id);
+    let _provider = Provider::start(idp, &format!("http://{}/console/auth/callback", g.mgmt), &g.tenant_id);
     let mut pytest = Command::new(&py);
     pytest
         .args(["-m", "pytest", "tests/console/test_console_oidc.py", "-q", "-p", "no:cacheprovider", "-x"])

@@ -16,6 +16,11 @@ pub struct ConsoleSection {
     pub idle_minutes: u64,
     /// Failed sign-ins one client address may make per minute before it gets `429`.
     pub sign_in_failures_per_minute: u32,
+    /// The management listener's base URL as the browser sees it, when it differs from the
+    /// listen address (behind a proxy): the OIDC redirect URI is
+    /// `<public_url>/console/auth/callback`, and a form post from this origin is the console's
+    /// own. Empty = the request's own origin.
+    pub public_url: String,
     /// Single sign-on with OpenID Connect; absent = sign-in with a virtual key only.
     pub oidc: Option<OidcConfig>,
 }
@@ -27,6 +32,7 @@ impl Default for ConsoleSection {
             session_hours: 12,
             idle_minutes: 30,
             sign_in_failures_per_minute: 5,
+            public_url: String::new(),
             oidc: None,
         }
     }
@@ -41,13 +47,12 @@ pub struct OidcConfig {
     pub client_id: String,
     #[serde(default)]
     pub client_secret: String,
-    /// The console's own base URL as the browser sees it (the redirect URI is
-    /// `<public_url>/console/oidc/callback`); empty = built from the request's `Host`.
-    #[serde(default)]
+    /// `console.public_url`, copied here when the console starts (not read from `oidc:`).
+    #[serde(skip)]
     pub public_url: String,
     #[serde(default)]
     pub claims: OidcClaims,
-    /// Extra scopes to ask for beside `openid`.
+    /// The scopes to ask for (`openid` is always asked for; listing it changes nothing).
     #[serde(default)]
     pub scopes: Vec<String>,
 }

@@ -9,7 +9,33 @@ pub(super) fn apply(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {
     server(cfg, var)?;
     receipts_and_cluster(cfg, var)?;
     webhooks_and_billing(cfg, var)?;
+    console(cfg, var);
     telemetry(cfg, var)
+}
+
+/// `TOLLGATE_CONSOLE_PUBLIC_URL` and `TOLLGATE_CONSOLE_OIDC_*` (API.md "Console"); the issuer
+/// turns single sign-on on when the file did not.
+fn console(cfg: &mut Config, var: Lookup) {
+    text(var, "TOLLGATE_CONSOLE_PUBLIC_URL", &mut cfg.console.public_url);
+    if let Some(issuer) = var("TOLLGATE_CONSOLE_OIDC_ISSUER").filter(|v| !v.trim().is_empty()) {
+        let o = cfg.console.oidc.get_or_insert_with(|| super::console::OidcConfig {
+            issuer: String::new(),
+            client_id: String::new(),
+            client_secret: String::new(),
+            public_url: String::new(),
+            claims: Default::default(),
+            scopes: Vec::new(),
+        });
+        o.issuer = issuer.trim().to_string();
+    }
+    let Some(o) = cfg.console.oidc.as_mut() else { return };
+    text(var, "TOLLGATE_CONSOLE_OIDC_CLIENT_ID", &mut o.client_id);
+    text(var, "TOLLGATE_CONSOLE_OIDC_CLIENT_SECRET", &mut o.client_secret);
+    text(var, "TOLLGATE_CONSOLE_OIDC_CLAIMS_TENANT", &mut o.claims.tenant);
+    text(var, "TOLLGATE_CONSOLE_OIDC_CLAIMS_ROLE", &mut o.claims.role);
+    if let Some(v) = var("TOLLGATE_CONSOLE_OIDC_SCOPES") {
+        o.scopes = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    }
 }
 
 fn server(cfg: &mut Config, var: Lookup) -> Result<(), ConfigError> {

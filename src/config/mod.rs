@@ -683,6 +683,31 @@ mod tests {
         assert_eq!(e, "environment variable TOLLGATE_RECEIPTS_DURABILITY: must be page-cache or fsync");
     }
 
+    /// API.md "Console": `console.public_url` and `TOLLGATE_CONSOLE_*`; the issuer variable
+    /// turns single sign-on on; `oidc.public_url` is not a field of the file.
+    #[test]
+    fn console_settings_from_file_and_env() {
+        let c = parse("console:\n  public_url: https://t.example\n  oidc:\n    issuer: https://idp\n    client_id: c\n    scopes: [openid, email]\n", "t.yaml").unwrap();
+        assert_eq!(c.console.public_url, "https://t.example");
+        assert_eq!(c.console.oidc.as_ref().unwrap().scopes, ["openid", "email"]);
+        assert!(parse("console:\n  oidc:\n    issuer: x\n    client_id: c\n    public_url: y\n", "t.yaml").is_err());
+        let vars = [
+            ("TOLLGATE_CONSOLE_PUBLIC_URL", "https://p.example"),
+            ("TOLLGATE_CONSOLE_OIDC_ISSUER", "https://login.example"),
+            ("TOLLGATE_CONSOLE_OIDC_CLIENT_ID", "console"),
+            ("TOLLGATE_CONSOLE_OIDC_SCOPES", "openid, email ,groups"),
+            ("TOLLGATE_CONSOLE_OIDC_CLAIMS_TENANT", "org"),
+            ("TOLLGATE_CONSOLE_OIDC_CLAIMS_ROLE", "grp"),
+        ];
+        let mut c = defaults();
+        env::apply(&mut c, &|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+        let o = c.console.oidc.as_ref().expect("the issuer variable turns SSO on");
+        assert_eq!((o.issuer.as_str(), o.client_id.as_str()), ("https://login.example", "console"));
+        assert_eq!(o.scopes, ["openid", "email", "groups"]);
+        assert_eq!((o.claims.tenant.as_str(), o.claims.role.as_str()), ("org", "grp"));
+        assert_eq!(c.console.public_url, "https://p.example");
+    }
+
     /// Tollgate's own variable and file first; the standard OpenTelemetry ones fill in, and
     /// `OTEL_SDK_DISABLED` turns tracing off.
     #[test]

@@ -57,7 +57,7 @@ def test_wrong_audience_is_refused(page):
         page.wait_for_selector("#sign-in-error")
         text = page.locator("#sign-in-error").inner_text()
         assert "refused" in text and "audience" in text.lower(), text
-        assert page.url.split("?")[0].endswith("/console/oidc/callback")
+        assert page.url.split("?")[0].endswith("/console/auth/callback")
         page.goto("/console/keys")
         assert page.url.endswith("/console/sign-in")
     finally:

@@ -26,6 +26,7 @@ use session::{cookie, set_cookie, Session, Who, COOKIE, PRE_COOKIE};
 use super::handler::Reply;
 use super::query::parse_query;
 use crate::app::App;
+use crate::config::console::OidcConfig;
 use crate::error::ApiError;
 
 /// The console's state in the management app.
@@ -37,7 +38,9 @@ pub struct Console {
 
 impl Console {
     pub fn new(app: &App) -> Console {
-        let sso = app.config.console.oidc.clone().and_then(|cfg| match oidc::Sso::new(cfg) {
+        let public_url = app.config.console.public_url.clone();
+        let oidc = app.config.console.oidc.clone().map(|cfg| OidcConfig { public_url, ..cfg });
+        let sso = oidc.and_then(|cfg| match oidc::Sso::new(cfg) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::error!("console: single sign-on is off: {e}");
@@ -63,8 +66,8 @@ impl Console {
         match (&req.method, segs.as_slice()) {
             (&Method::GET, ["sign-in"]) => return sign_in_form(app, &req, None, 200),
             (&Method::POST, ["sign-in"]) => return self.sign_in(app, &req).await,
-            (&Method::GET, ["oidc", "start"]) => return self.sso_start(app, &req).await,
-            (&Method::GET, ["oidc", "callback"]) => return self.sso_finish(app, &req).await,
+            (&Method::GET, ["auth", "start"]) => return self.sso_start(app, &req).await,
+            (&Method::GET, ["auth", "callback"]) => return self.sso_finish(app, &req).await,
             _ => {}
         }
         let resumed = match cookie(&req.cookie, COOKIE) {
@@ -131,15 +134,15 @@ impl Console {
             Ok(who) => who,
             Err(e) => return sign_in_form(app, req, Some(format!("Single sign-on refused: {e}")), 401),
         };
-        match crate::store::tenants::exists(&app.store, &who.tenant).await {
-            Ok(true) => {}
-            Ok(false) => {
+        let tenant = match tenant_of_claim(app, &who.tenant).await {
+            Ok(Some(id)) => id,
+            Ok(None) => {
                 return sign_in_form(app, req, Some(format!("Single sign-on refused: no tenant `{}`", who.tenant)), 401)
             }
             Err(e) => return message(500, "Error", &e.to_string()),
-        }
+        };
         let (subject, role) = (who.subject.clone(), who.role.clone());
-        match session::open(app, Who::Sso { tenant: who.tenant, subject: who.subject, role: who.role }).await {
+        match session::open(app, Who::Sso { tenant, subject: who.subject, role: who.role }).await {
             Ok((id, _)) => {
                 let cookies = vec![set_cookie(COOKIE, &id, None, secure(app)), flow_cookie(app, "", 0)];
                 page(200, "sso_done.html", json!({"subject": subject, "role": role}), cookies)
@@ -157,7 +160,7 @@ fn own_origin(app: &App, req: &Request) -> String {
 /// The single sign-on flow's cookie: `Lax`, so the identity provider's redirect back carries it.
 fn flow_cookie(app: &App, state: &str, max_age: u64) -> String {
     let secure = if secure(app) { "; Secure" } else { "" };
-    format!("{}={state}; Path=/console/oidc; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}", oidc::FLOW_COOKIE)
+    format!("{}={state}; Path=/console/auth; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}", oidc::FLOW_COOKIE)
 }
 
 /// Pages behind a live session: sign-out, then the CSRF check of every form, then the page.
@@ -182,6 +185,14 @@ async fn signed_in(app: &App, api: &dyn Api, req: &Request, id: &str, s: &Sessio
 }
 
 /// Whether the management listener serves TLS (then cookies are `Secure`).
+/// The tenant an ID token's tenant claim names: a tenant id, else a tenant name (API.md "Console").
+async fn tenant_of_claim(app: &App, claim: &str) -> Result<Option<String>, crate::store::StoreError> {
+    if crate::store::tenants::exists(&app.store, claim).await? {
+        return Ok(Some(claim.to_string()));
+    }
+    Ok(crate::store::tenants::by_name(&app.store, claim).await?.map(|t| t.id))
+}
+
 fn secure(app: &App) -> bool {
     !app.config.listen.tls_cert_file.is_empty()
 }
@@ -193,9 +204,9 @@ fn same_origin(app: &App, req: &Request) -> bool {
         return false;
     }
     let own = own_origin(app, req);
-    let public = app.config.console.oidc.as_ref().map(|o| o.public_url.trim_end_matches('/').to_string());
+    let public = app.config.console.public_url.trim_end_matches('/');
     match req.origin.as_deref() {
-        Some(o) => o == own || public.is_some_and(|p| !p.is_empty() && p == o),
+        Some(o) => o == own || (!public.is_empty() && public == o),
         None => false,
     }
 }

@@ -25,7 +25,7 @@ use crate::config::console::OidcConfig;
 type Client =
     CoreClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet, EndpointMaybeSet>;
 
-/// The flow's cookie (path `/console/oidc`).
+/// The flow's cookie (path `/console/auth`).
 pub const FLOW_COOKIE: &str = "tollgate_console_oidc";
 /// How long a started sign-in may take at the identity provider.
 const FLOW_TTL: Duration = Duration::from_secs(600);
@@ -85,7 +85,7 @@ impl Sso {
     /// The callback URL: `public_url`, else this request's own origin.
     pub fn redirect_uri(&self, own_origin: &str) -> String {
         let base = if self.cfg.public_url.is_empty() { own_origin } else { self.cfg.public_url.trim_end_matches('/') };
-        format!("{base}/console/oidc/callback")
+        format!("{base}/console/auth/callback")
     }
 
     /// The identity provider's client, from its discovery document (read on every sign-in: a
@@ -111,7 +111,7 @@ impl Sso {
         let mut request = client
             .authorize_url(CoreAuthenticationFlow::AuthorizationCode, CsrfToken::new_random, Nonce::new_random)
             .set_pkce_challenge(challenge);
-        for s in &self.cfg.scopes {
+        for s in self.cfg.scopes.iter().filter(|s| s.as_str() != "openid") {
             request = request.add_scope(Scope::new(s.clone()));
         }
         let (url, state, nonce) = request.url();
