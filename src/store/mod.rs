@@ -20,6 +20,7 @@ pub mod checkpoints;
 mod error;
 pub mod journal;
 pub mod keys;
+pub mod log_heads;
 pub mod members;
 pub mod notices;
 pub mod packs;
@@ -68,6 +69,9 @@ pub struct Store {
     sqlite_file: Option<std::path::PathBuf>,
     /// With the receipt journal on: how far its records are in the database (readers wait).
     journal: std::sync::Arc<OnceLock<std::sync::Arc<Progress>>>,
+    /// Each tenant's newest checkpoint and the right edge of its tree, kept by
+    /// `tenant_log::checkpoint` (`log_heads`).
+    log_heads: std::sync::Arc<log_heads::KeptHeads>,
 }
 
 /// The native pool the receipt writer appends through (one connection on SQLite, where there
@@ -134,7 +138,7 @@ impl Store {
             |e: sqlx::Error| StoreError::Unavailable(crate::secrets::redact_credentials(&url, &e.to_string()));
         let pool = any_pool(backend).connect(&url).await.map_err(unavailable)?;
         let (chain, sqlite_file) = chain_pool(&url, backend).await.map_err(unavailable)?;
-        Ok(Store { pool, backend, chain, sqlite_file, journal: Default::default() })
+        Ok(Store { pool, backend, chain, sqlite_file, journal: Default::default(), log_heads: Default::default() })
     }
 
     /// Closes every pooled connection (waits for those in use to come back): for tests that
@@ -171,6 +175,11 @@ impl Store {
             Some(p) => p.settled().await,
             None => Ok(()),
         }
+    }
+
+    /// Each tenant's newest checkpoint known to this process and its tree's right edge.
+    pub fn log_heads(&self) -> &log_heads::KeptHeads {
+        &self.log_heads
     }
 
     /// The receipt writer's pool (see [`ChainPool`]).
