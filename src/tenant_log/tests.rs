@@ -276,7 +276,7 @@ mod kept_edge {
     }
 
     /// Checkpoints made from the kept edge equal the tiles' at every size, while the log grows
-    /// by 1 to 600 receipts at a time (more than `CATCH_UP`: the edge is read again), through
+    /// by 1 to `CATCH_UP + 1` receipts at a time (one more: the edge is read again), through
     /// two stores on one database (two instances: each extends its own edge by what the other
     /// appended), after a restart (a new store: no edge kept), and when the kept edge is not
     /// this log's (its last leaf differs: it is read again from the tiles).
@@ -289,7 +289,8 @@ mod kept_edge {
             let b = Store::connect(&url).await.unwrap();
             assert_eq!(holds(&a, &signer, "t1").await, 0, "the empty log");
             let mut next = 0;
-            for (k, grow) in [1usize, 1, 2, 251, 1, 255, 256, 257, 3, 600, 1, 40, 130].into_iter().enumerate() {
+            let most = checkpoint::CATCH_UP as usize;
+            for (k, grow) in [1, 1, 2, 251, 1, 255, 256, 257, 3, most, most + 1, 1, 40, 130].into_iter().enumerate() {
                 let (writer, reader) = if k % 3 == 1 { (&b, &a) } else { (&a, &b) };
                 append(writer, &signer, "t1", next, grow).await;
                 next += grow;
