@@ -96,6 +96,49 @@ fn a_change_on_one_instance_is_in_force_on_the_others_at_once() {
     }
 }
 
+/// The size and root (hex) of the log's checkpoint served by `g`.
+fn checkpoint(g: &Gateway, key: &str) -> (u64, String) {
+    use base64::Engine;
+    let r = g.mgmt("GET", "/v1/log/checkpoint", Some(key), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let note = r.text();
+    let lines: Vec<&str> = note.split('\n').collect();
+    let root = base64::engine::general_purpose::STANDARD.decode(lines[2]).unwrap();
+    (lines[1].parse().unwrap(), hex::encode(root))
+}
+
+/// Each instance keeps the right edge of the log's tree for its checkpoints and extends it by the
+/// leaves committed since, whichever instance committed them: a checkpoint from any instance
+/// covers every receipt answered through any of them, its root is the one the stored tiles
+/// give (`/v1/log/consistency`, computed from the tiles), and each proves consistent with the
+/// one before it, wherever that one was made.
+#[test]
+fn every_instance_s_checkpoint_covers_what_any_instance_committed() {
+    let Some(c) = Cluster::start(2, &[]) else { return };
+    let up = Standin::start();
+    c.node(0).set_provider(&c.key, "openai", &up.url(), "sk-provider");
+    let key = c.key.clone();
+    propagation(&c, "provider", Instant::now(), |g| g.say(&key, "gpt-4o-mini", "hi").status == 200);
+    let (mut last, mut last_root) = (0, String::new());
+    for round in 0..6 {
+        let (writer, reader) = (c.node(round % 2), c.node(round / 2 % 2));
+        for _ in 0..=round {
+            assert_eq!(writer.say(&key, "gpt-4o-mini", "hi").status, 200);
+        }
+        let (size, root) = checkpoint(reader, &key);
+        assert_eq!(size, writer.newest_seq(&key), "round {round}: the checkpoint covers every answered request");
+        let p = reader.get_json(&key, &format!("/v1/log/consistency?from={last}&to={size}"));
+        assert_eq!(p["toRoot"].as_str(), Some(root.as_str()), "round {round}: the tiles' root");
+        if last > 0 {
+            assert_eq!(p["fromRoot"].as_str(), Some(last_root.as_str()), "round {round}");
+            let hash = |s: &str| tlog_tiles::tlog::Hash(hex::decode(s).unwrap().try_into().unwrap());
+            let proof: Vec<_> = p["proof"].as_array().unwrap().iter().map(|h| hash(h.as_str().unwrap())).collect();
+            tlog_tiles::tlog::check_tree(&proof, size, hash(&root), last, hash(&last_root)).unwrap();
+        }
+        (last, last_root) = (size, root);
+    }
+}
+
 /// `tollgate balance` in front of the instances.
 struct Front {
     child: Child,

@@ -25,8 +25,7 @@ const NOTE_TYPE: &str = "text/plain; charset=utf-8";
     responses((status = 200, description = "The checkpoint (C2SP tlog-checkpoint in a signed note); it covers \
         every receipt whose answer was sent", content_type = "text/plain; charset=utf-8", body = String), Authenticated))]
 pub async fn checkpoint(app: &App, caller: &Caller) -> Handled {
-    let c = checkpoint::current(&app.store, &app.signer, &app.log_origin, caller.tenant()).await?;
-    let note = checkpoint::served(&app.store, caller.tenant(), &c).await?;
+    let note = checkpoint::current_served(&app.store, &app.signer, &app.log_origin, caller.tenant()).await?;
     Ok(Reply::Bytes { headers: vec![("content-type", NOTE_TYPE.into())], body: note.into_bytes() })
 }
 

@@ -34,29 +34,33 @@ pub async fn install_id(store: &Store) -> Result<String, StoreError> {
 }
 
 /// Stores `c` unless a checkpoint of that size is stored already (another process published
-/// it first), and returns the one stored.
-pub async fn publish(store: &Store, tenant: &str, c: CheckpointRow) -> Result<CheckpointRow, StoreError> {
+/// it first), and returns the one stored and whether it is `c` stored by this call.
+pub async fn publish(store: &Store, tenant: &str, c: CheckpointRow) -> Result<(CheckpointRow, bool), StoreError> {
     let t = tenant.to_string();
     store
         .run(move |pool, _| async move {
-            sqlx::query(
+            let inserted = sqlx::query(
                 "INSERT INTO log_checkpoints (tenant_id, size, root, note, key_id, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, size) DO NOTHING",
             )
             .bind(t.clone())
             .bind(c.size as i64)
-            .bind(c.root)
-            .bind(c.note)
-            .bind(c.key_id)
-            .bind(c.created_at)
+            .bind(c.root.clone())
+            .bind(c.note.clone())
+            .bind(c.key_id.clone())
+            .bind(c.created_at.clone())
             .execute(&pool)
-            .await?;
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                return Ok((c, true));
+            }
             let row = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE tenant_id = $1 AND size = $2")))
                 .bind(t)
                 .bind(c.size as i64)
                 .fetch_one(&pool)
                 .await?;
-            Ok(from_row(&row)?)
+            Ok((from_row(&row)?, false))
         })
         .await
 }

@@ -21,6 +21,7 @@ pub mod console_sessions;
 mod error;
 pub mod journal;
 pub mod keys;
+pub mod log_heads;
 pub mod members;
 pub mod notices;
 pub mod packs;
@@ -102,6 +103,9 @@ pub struct Store {
     sqlite_file: Option<std::path::PathBuf>,
     /// With the receipt journal on: how far its records are in the database (readers wait).
     journal: std::sync::Arc<OnceLock<std::sync::Arc<Progress>>>,
+    /// Each tenant's newest checkpoint and the right edge of its tree, kept by
+    /// `tenant_log::checkpoint` (`log_heads`).
+    log_heads: std::sync::Arc<log_heads::KeptHeads>,
 }
 
 /// The native pool the receipt writer appends through (one connection on SQLite, where there
@@ -177,7 +181,15 @@ impl Store {
         if backend == Backend::Postgres && durability == Durability::Fsync {
             refuse_unflushed_postgres(&pool).await?;
         }
-        Ok(Store { pool, backend, durability, chain, sqlite_file, journal: Default::default() })
+        Ok(Store {
+            pool,
+            backend,
+            durability,
+            chain,
+            sqlite_file,
+            journal: Default::default(),
+            log_heads: Default::default(),
+        })
     }
 
     /// How durable a commit is (`receipts.durability`).
@@ -219,6 +231,11 @@ impl Store {
             Some(p) => p.settled().await,
             None => Ok(()),
         }
+    }
+
+    /// Each tenant's newest checkpoint known to this process and its tree's right edge.
+    pub fn log_heads(&self) -> &log_heads::KeptHeads {
+        &self.log_heads
     }
 
     /// The receipt writer's pool (see [`ChainPool`]).

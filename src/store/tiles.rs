@@ -250,6 +250,31 @@ pub async fn leaves(store: &Store, tenant: &str, from: u64, to: u64) -> Result<V
         .await
 }
 
+/// The `seq` and leaf data of the tenant's receipts from `seq` `first` on, in order, at most
+/// `limit` of them: the leaves committed since a size known before (one range read).
+pub async fn leaves_from(
+    store: &Store,
+    tenant: &str,
+    first: u64,
+    limit: u64,
+) -> Result<Vec<(u64, Bytes32)>, StoreError> {
+    store.settled().await?;
+    let t = tenant.to_string();
+    store
+        .run(move |pool, _| async move {
+            let rows = sqlx::query(
+                "SELECT seq, this_hash FROM receipts WHERE tenant_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(t)
+            .bind(first as i64)
+            .bind(limit as i64)
+            .fetch_all(&pool)
+            .await?;
+            Ok(rows.iter().map(|r| (r.get::<i64, _>(0).max(0) as u64, leaf_data(&r.get::<String, _>(1)))).collect())
+        })
+        .await
+}
+
 /// The roots of the full tiles of `level` with indexes `[from, to)`, in order: the hashes of
 /// a partial tile one level up.
 pub async fn roots(store: &Store, tenant: &str, level: u8, from: u64, to: u64) -> Result<Vec<Bytes32>, StoreError> {

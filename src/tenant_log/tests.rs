@@ -121,7 +121,7 @@ mod proofs {
 
     /// A tenant log of `n` synthetic receipts (only what the tree reads), its tiles built by
     /// `backfill` as for a database written before the tiles.
-    async fn synthetic(store: &Store, tenant: &str, n: u64) -> Vec<[u8; 32]> {
+    pub(super) async fn synthetic(store: &Store, tenant: &str, n: u64) -> Vec<[u8; 32]> {
         let leaves: Vec<[u8; 32]> = (0..n).map(|i| merkle::leaf_hash(&i.to_be_bytes())).collect();
         let mut values = Vec::new();
         for (i, l) in leaves.iter().enumerate() {
@@ -214,5 +214,115 @@ mod proofs {
             store.close().await;
             let _ = std::fs::remove_dir_all(dir);
         });
+    }
+}
+
+/// The kept right edge (`store::log_heads`, the fast path of `checkpoint::current`) against
+/// the stored tiles (`tree::root`, `tree::edge`: the slow reference).
+mod kept_edge {
+    use std::sync::Arc;
+
+    use crate::receipts::signer::Signer;
+    use crate::store::log_heads::{Edge, KeptHead};
+    use crate::store::receipts::tests::draft;
+    use crate::store::{receipts as stored, Store};
+    use crate::tenant_log::{checkpoint, tree};
+
+    const PREFIX: &str = "kept-edge.example";
+
+    /// An edge grown one leaf at a time has, at every size checked, the root and the subtree
+    /// roots the tiles give: every size up to 520 (two level-0 tiles and change), then every
+    /// 257th, and the sizes around the first level-1 tile.
+    #[test]
+    fn an_edge_grown_leaf_by_leaf_is_the_tiles_edge_at_every_size() {
+        let (store, dir) = crate::store::temp_sqlite("kept-edge");
+        crate::store::db_runtime().block_on(async {
+            let n = 65_536 + 300;
+            let data = super::proofs::synthetic(&store, "t1", n).await;
+            let mut edge = Edge::empty();
+            assert_eq!(edge.root(), tree::root(&store, "t1", 0).await.unwrap(), "the empty tree");
+            for (i, leaf) in data.iter().enumerate() {
+                edge.push(leaf);
+                let size = i as u64 + 1;
+                if size <= 520 || size % 257 == 0 || (65_535..=65_537).contains(&size) || size == n {
+                    assert_eq!(edge.root(), tree::root(&store, "t1", size).await.unwrap(), "root at {size}");
+                    assert_eq!(edge, tree::edge(&store, "t1", size).await.unwrap(), "edge at {size}");
+                }
+            }
+            store.close().await;
+        });
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// `checkpoint::current` of `store` is the tenant's head, its root the tiles' root at that
+    /// size, its note signed by `key`, and the edge kept for it the tiles' edge.
+    async fn holds(store: &Store, key: &Signer, tenant: &str) -> u64 {
+        let c = checkpoint::current(store, key, PREFIX, tenant).await.unwrap();
+        let size = stored::head_seq(store, tenant).await.unwrap();
+        assert_eq!(c.size, size, "the checkpoint covers every committed receipt");
+        assert_eq!(c.root, hex::encode(tree::root(store, tenant, size).await.unwrap()), "root at {size}");
+        let opened = checkpoint::open(&c.note, &[key.signing_key().verifying_key().to_bytes()]).unwrap();
+        assert_eq!((opened.size(), opened.hash().0.to_vec()), (size, hex::decode(&c.root).unwrap()));
+        let origin = checkpoint::origin(PREFIX, tenant);
+        let kept = store.log_heads().get(tenant, &origin).expect("an edge is kept");
+        assert_eq!(kept.edge, tree::edge(store, tenant, size).await.unwrap(), "kept edge at {size}");
+        assert_eq!(kept.checkpoint, c);
+        size
+    }
+
+    async fn append(store: &Store, signer: &Arc<Signer>, tenant: &str, from: usize, n: usize) {
+        let drafts: Vec<_> = (from..from + n).map(|i| draft(tenant, i)).collect();
+        crate::receipts::rows::append_batch(store, drafts, signer.clone()).await.unwrap();
+    }
+
+    /// Checkpoints made from the kept edge equal the tiles' at every size, while the log grows
+    /// by 1 to `CATCH_UP + 1` receipts at a time (one more: the edge is read again), through
+    /// two stores on one database (two instances: each extends its own edge by what the other
+    /// appended), after a restart (a new store: no edge kept), and when the kept edge is not
+    /// this log's (its last leaf differs: it is read again from the tiles).
+    #[test]
+    fn checkpoints_from_the_kept_edge_equal_the_tiles() {
+        let (a, dir) = crate::store::temp_sqlite("kept-edge-two");
+        let url = format!("sqlite://{}", dir.join("t.db").display());
+        let signer = Arc::new(Signer::from_seed(&[7u8; 32]));
+        crate::store::db_runtime().block_on(async {
+            let b = Store::connect(&url).await.unwrap();
+            assert_eq!(holds(&a, &signer, "t1").await, 0, "the empty log");
+            let mut next = 0;
+            let most = checkpoint::CATCH_UP as usize;
+            for (k, grow) in [1, 1, 2, 251, 1, 255, 256, 257, 3, most, most + 1, 1, 40, 130].into_iter().enumerate() {
+                let (writer, reader) = if k % 3 == 1 { (&b, &a) } else { (&a, &b) };
+                append(writer, &signer, "t1", next, grow).await;
+                next += grow;
+                holds(writer, &signer, "t1").await;
+                if k % 2 == 0 {
+                    holds(reader, &signer, "t1").await;
+                }
+            }
+            let restarted = Store::connect(&url).await.unwrap();
+            assert_eq!(holds(&restarted, &signer, "t1").await, next as u64);
+            append(&restarted, &signer, "t1", next, 5).await;
+            next += 5;
+            holds(&restarted, &signer, "t1").await;
+
+            // An edge kept that is not this log's (a database put back from a copy, say): the
+            // right size, other leaves. Its last leaf is not this log's, so it is not extended.
+            holds(&a, &signer, "t1").await;
+            let origin = checkpoint::origin(PREFIX, "t1");
+            let kept = a.log_heads().get("t1", &origin).unwrap();
+            let mut other = Edge::empty();
+            for i in 0..kept.edge.size() {
+                other.push(&[(i % 251) as u8; 32]);
+            }
+            a.log_heads().forget("t1");
+            a.log_heads().put("t1", KeptHead { edge: other, ..kept });
+            append(&a, &signer, "t1", next, 2).await;
+            next += 2;
+            assert_eq!(holds(&a, &signer, "t1").await, next as u64);
+            for s in [&a, &b, &restarted] {
+                s.close().await;
+            }
+        });
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

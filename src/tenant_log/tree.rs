@@ -15,6 +15,7 @@ use tlog_tiles::tile::Tile;
 use tlog_tiles::tlog::{self, record_hash, Hash, HashReader};
 
 use crate::error::ApiError;
+use crate::store::log_heads::Edge;
 use crate::store::tiles::{self, WIDTH};
 use crate::store::Store;
 
@@ -111,6 +112,18 @@ pub async fn tile_hashes(
 /// The root of the tree of the first `size` leaves (`SHA-256("")` for none).
 pub async fn root(store: &Store, tenant: &str, size: u64) -> Result<[u8; 32], ApiError> {
     with_hashes(store, tenant, size, |r| tlog::tree_hash(size, r)).await.map(|h| h.0)
+}
+
+/// The right edge of the tree of the first `size` leaves (`store::log_heads`): the subtree
+/// roots `tlog::tree_hash` reads, read from the stored tiles, and the last leaf's data.
+pub async fn edge(store: &Store, tenant: &str, size: u64) -> Result<Edge, ApiError> {
+    if size == 0 {
+        return Ok(Edge::empty());
+    }
+    let roots = with_hashes(store, tenant, size, |r| r.read_hashes(&tlog::sub_tree_index(0, size, Vec::new()))).await?;
+    let last = tiles::leaves(store, tenant, size - 1, size).await?;
+    let last = *last.first().ok_or_else(|| ApiError::internal("the log's leaf is missing"))?;
+    Edge::new(size, last, &roots).ok_or_else(|| ApiError::internal("the log's edge does not fit its size"))
 }
 
 /// An inclusion proof of leaf `index` in the tree of `size` leaves: (leaf hash, root, path).
