@@ -5,17 +5,9 @@ use sqlx::Row;
 
 use super::{Store, StoreError};
 
-/// A checkpoint as published.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointRow {
-    pub size: u64,
-    /// Hex.
-    pub root: String,
-    /// The signed note: body and the log's signature line.
-    pub note: String,
-    pub key_id: String,
-    pub created_at: String,
-}
+/// A checkpoint as published (defined beside the kept heads, which hold one, so that the
+/// store's root module can hold them without a circle through this file).
+pub use super::log_heads::CheckpointRow;
 
 /// This database's install id, made by the first process that asks (several processes on one
 /// PostgreSQL database read the same one).

@@ -14,8 +14,20 @@ use std::sync::{Mutex, PoisonError};
 
 use tlog_tiles::tlog::{node_hash, record_hash, Hash, EMPTY_HASH};
 
-use super::checkpoints::CheckpointRow;
-use super::tiles::Bytes32;
+/// A hash or a leaf's data (as `store::tiles::Bytes32`; this file imports nothing of the store).
+type Bytes32 = [u8; 32];
+
+/// A checkpoint as published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRow {
+    pub size: u64,
+    /// Hex.
+    pub root: String,
+    /// The signed note: body and the log's signature line.
+    pub note: String,
+    pub key_id: String,
+    pub created_at: String,
+}
 
 /// The right edge of a tenant's tree at `size`, and the data of its last leaf (the `thisHash`
 /// of receipt `size`, which commits to every receipt before it: the edge is valid for a store
