@@ -82,7 +82,7 @@ pub fn verifier_keys(name: &str, registry: &[RegisteredKey]) -> Vec<(String, Str
 /// again. Why 512: at 1 000 000 leaves on SQLite (benches/log.rs, session 39, p50 of 200 reads
 /// of the newest leaves) 257 leaves read in 0.30–0.32 ms, 513 in 0.55–0.61, 1 025 in 1.19–1.21,
 /// and the edge from the tiles in 0.87–0.94: up to 512 the fast path stays under the 1 ms of
-/// issue 41 with the signature and the insert, and under the slow path (1.2–1.8 ms p50).
+/// issue 41 with the signature and the insert, and under the slow path (1.2–3.6 ms p50).
 pub(super) const CATCH_UP: u64 = 512;
 
 /// The checkpoint at the tenant's current size, published (signed and stored) when the log
@@ -106,12 +106,12 @@ pub async fn current_served(store: &Store, key: &Signer, prefix: &str, tenant: &
 ///
 /// Why a kept edge: from the stored tiles alone, a checkpoint of a log that grew is `head_seq`,
 /// the newest stored checkpoint, the root from several tile reads, the signature and the insert:
-/// 2.3–2.6 ms p50 at 1 000 000 leaves on SQLite in session 38, 1.24–2.00 ms in session 39's
+/// 2.3–2.6 ms p50 at 1 000 000 leaves on SQLite in session 38, 1.24–3.72 ms in session 39's
 /// runs of the same build (docs/benchmarks.md), over the 1 ms of issue 41. With the tree's right
 /// edge kept per tenant (`store::log_heads`) it is one range read of the leaves committed since
 /// (the first of them the kept last leaf, whose `thisHash` commits to every receipt before it,
 /// so an edge that does not belong to this store's log is never extended), the signature and
-/// the insert: 0.18–0.35 ms p50 after one receipt; 0.09–0.26 ms for an unchanged log (one read).
+/// the insert: 0.17–0.50 ms p50 after one receipt, 0.09–0.34 ms for an unchanged log (one read).
 async fn latest(store: &Store, key: &Signer, prefix: &str, tenant: &str) -> Result<(CheckpointRow, bool), ApiError> {
     let name = origin(prefix, tenant);
     if let Some(head) = store.log_heads().get(tenant, &name) {

@@ -244,7 +244,7 @@ mod kept_edge {
             for (i, leaf) in data.iter().enumerate() {
                 edge.push(leaf);
                 let size = i as u64 + 1;
-                if size <= 520 || size % 257 == 0 || (65_535..=65_537).contains(&size) || size == n {
+                if size <= 520 || size.is_multiple_of(257) || (65_535..=65_537).contains(&size) || size == n {
                     assert_eq!(edge.root(), tree::root(&store, "t1", size).await.unwrap(), "root at {size}");
                     assert_eq!(edge, tree::edge(&store, "t1", size).await.unwrap(), "edge at {size}");
                 }
