@@ -246,6 +246,25 @@ fn forms(g: &Gateway) {
     let r = br.post("/console/teams", &[("_csrf", &token), ("name", "")]);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("role=\"alert\""), "{}", r.text());
+    // The policy editor's check as the user types (htmx posts the form to the console, which
+    // asks POST /v1/policies/validate): a fragment with the place of the error, or the count.
+    let policies = || g.get_json(&g.key, "/v1/policies?limit=200")["data"].as_array().unwrap().len();
+    let stored = policies();
+    let editor = br.get("/console/policies").text();
+    assert!(editor.contains("hx-post=\"/console/policies/validate\"") && editor.contains("id=\"yaml-check\""));
+    let bad = "rules:\n  - id: a\n    action: deny\n    colour: red\n";
+    let r = br.post("/console/policies/validate", &[("_csrf", &token), ("name", ""), ("yaml", bad)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("id=\"check-at\">Line 4, column 5: field `rules[0]"), "{}", r.text());
+    assert!(!r.text().contains("<html"), "a fragment, not a page: {}", r.text());
+    let r =
+        br.post("/console/policies/validate", &[("_csrf", &token), ("yaml", "rules:\n  - {id: a, action: deny}\n")]);
+    assert!(r.text().contains("Policy is valid (1 rule)"), "{}", r.text());
+    assert_eq!(br.post("/console/policies/validate", &[("yaml", bad)]).status, 403, "no CSRF token, no check");
+    assert_eq!(policies(), stored, "checking saved nothing");
+    // A webhook endpoint's deliveries page; another tenant's (or no) endpoint is the API's 404.
+    let r = br.get("/console/webhooks/no-such-endpoint");
+    assert_eq!(r.status, 404, "{}", r.text());
     // Evidence: the coverage drill-down of a control, and a bad period named.
     let packs = g.get_json(&g.key, "/v1/compliance/packs");
     let fw = packs["data"][0]["framework"].as_str().unwrap().to_string();
