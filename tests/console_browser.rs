@@ -3,7 +3,8 @@
 //! once, a receipt verified in the browser and then not after tampering, a budget request
 //! approved, the auditor's refused writes, sign-out and the back button, escaping, cross-site
 //! posts, session expiry, field errors, axe-core accessibility on every page at desktop and phone
-//! widths, page weight).
+//! widths, page weight, what a developer key sees; single sign-on through a real OpenID provider,
+//! with a playground run on the session's own key).
 //!
 //! Python comes from TOLLGATE_CONSOLE_PYTHON, else the repository's .venv-console (made by
 //! scripts/test from tests/console/requirements.txt); the browser from TOLLGATE_CHROMIUM, else
@@ -64,6 +65,8 @@ fn console_in_a_browser() {
     g.stop();
     seed_receipts(&g, 10_000);
     g.spawn();
+    // A second tenant: its receipt is one a developer of the first may not open.
+    let (_, other) = g.create_tenant_live("other");
     let mut pytest = Command::new(&py);
     pytest
         .args(["-m", "pytest", "tests/console/test_console_browser.py", "-q", "-s", "-p", "no:cacheprovider", "-x"])
@@ -71,6 +74,7 @@ fn console_in_a_browser() {
         .env("TOLLGATE_CONSOLE_URL", format!("http://{}", g.mgmt))
         .env("TOLLGATE_GATEWAY_URL", format!("http://{}", g.gw))
         .env("TOLLGATE_MANAGER_KEY", &g.key)
+        .env("TOLLGATE_OTHER_TENANT_KEY", &other)
         .env("TOLLGATE_SQLITE", g.dir.join("tollgate.db"))
         .env("TOLLGATE_CHROMIUM", &browser);
     if let Some(dir) = std::env::var_os("TOLLGATE_CONSOLE_SCREENSHOTS") {
@@ -183,7 +187,8 @@ fn console_single_sign_on_in_a_browser() {
          client_secret: console-secret\n    claims: {{ tenant: tenant, role: role }}\n"
     );
     std::fs::write(&conf, yaml).unwrap();
-    let g = support::Gateway::start(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
+    // The stand-in provider answers the playground's runs.
+    let (g, _standin) = with_standin(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
     let _provider = Provider::start(idp, &format!("http://{}/console/auth/callback", g.mgmt), &g.tenant_id);
     let mut pytest = Command::new(&py);
     pytest

@@ -12,8 +12,7 @@ mod resources;
 
 use super::render::message;
 use crate::management::handler::Reply;
-use ctx::notice;
-pub use ctx::Ctx;
+pub use ctx::{notice, Ctx};
 
 /// GET pages.
 pub async fn get(c: &Ctx<'_>) -> Reply {
