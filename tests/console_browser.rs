@@ -3,8 +3,9 @@
 //! once, a receipt verified in the browser and then not after tampering, a budget request
 //! approved, the auditor's refused writes, sign-out and the back button, escaping, cross-site
 //! posts, session expiry, field errors, axe-core accessibility on every page at desktop and phone
-//! widths, page weight; the policy editor's check as the user types and a webhook endpoint's
-//! deliveries).
+//! widths, page weight, what a developer key sees; the policy editor's check as the user types
+//! and a webhook endpoint's deliveries; single sign-on through a real OpenID provider, with a
+//! playground run on the session's own key).
 //!
 //! Python comes from TOLLGATE_CONSOLE_PYTHON, else the repository's .venv-console (made by
 //! scripts/test from tests/console/requirements.txt); the browser from TOLLGATE_CHROMIUM, else
@@ -70,7 +71,12 @@ fn console_in_a_browser() {
     g.stop();
     seed_receipts(&g, 10_000);
     g.spawn();
-    let status = pytest(&py, &browser, &g, "tests/console/test_console_browser.py").status().expect("run pytest");
+    // A second tenant: its receipt is one a developer of the first may not open.
+    let (_, other) = g.create_tenant_live("other");
+    let status = pytest(&py, &browser, &g, "tests/console/test_console_browser.py")
+        .env("TOLLGATE_OTHER_TENANT_KEY", &other)
+        .status()
+        .expect("run pytest");
     assert!(status.success(), "console browser tests failed ({status}); output above. Server log:\n{}", g.logs());
 }
 
@@ -210,7 +216,8 @@ fn console_single_sign_on_in_a_browser() {
          client_secret: console-secret\n    claims: {{ tenant: tenant, role: role }}\n"
     );
     std::fs::write(&conf, yaml).unwrap();
-    let g = support::Gateway::start(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
+    // The stand-in provider answers the playground's runs.
+    let (g, _standin) = with_standin(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
     let _provider = Provider::start(idp, &format!("http://{}/console/auth/callback", g.mgmt), &g.tenant_id);
     let mut pytest = Command::new(&py);
     pytest

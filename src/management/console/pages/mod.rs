@@ -13,8 +13,7 @@ mod webhooks;
 
 use super::render::message;
 use crate::management::handler::Reply;
-use ctx::notice;
-pub use ctx::Ctx;
+pub use ctx::{notice, Ctx};
 
 /// GET pages.
 pub async fn get(c: &Ctx<'_>) -> Reply {
