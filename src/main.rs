@@ -7,6 +7,20 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The allocator's options, set before `main` and before the first allocation: mimalloc reserves
+/// its first arena at the first allocation, with the options it has then (`arena_eager_commit`
+/// set later in `main` reached no arena: RSS did not move). Linux runs `.init_array` entries
+/// before `main`.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ALLOCATOR_OPTIONS: extern "C" fn() = {
+    extern "C" fn set() {
+        tollgate::process::allocator::set_options();
+    }
+    set
+};
+
 fn main() -> ExitCode {
     tollgate::process::allocator::configure();
     let filter = std::env::var("TOLLGATE_LOG").unwrap_or_else(|_| "info".to_string());
