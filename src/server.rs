@@ -197,7 +197,11 @@ fn add_listeners(server: &mut Server, app: &Arc<App>) -> Result<(), StartError> 
     gateway.add_uds(&local, Some(std::fs::Permissions::from_mode(0o600)));
     server.add_service(gateway);
 
-    let mut mgmt = Service::new("management".to_string(), ManagementApp::new(app.clone()));
+    let management = ManagementApp::new(app.clone());
+    if cfg.console.enabled {
+        server.add_service(background_service("console sessions", management.session_sweep()));
+    }
+    let mut mgmt = Service::new("management".to_string(), management);
     match tls {
         Some((cert, key)) => mgmt.add_tls(&cfg.listen.management.to_string(), cert, key).map_err(tls_err)?,
         None => mgmt.add_tcp(&cfg.listen.management.to_string()),

@@ -246,6 +246,25 @@ fn forms(g: &Gateway) {
     let r = br.post("/console/teams", &[("_csrf", &token), ("name", "")]);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("role=\"alert\""), "{}", r.text());
+    // The policy editor's check as the user types (htmx posts the form to the console, which
+    // asks POST /v1/policies/validate): a fragment with the place of the error, or the count.
+    let policies = || g.get_json(&g.key, "/v1/policies?limit=200")["data"].as_array().unwrap().len();
+    let stored = policies();
+    let editor = br.get("/console/policies").text();
+    assert!(editor.contains("hx-post=\"/console/policies/validate\"") && editor.contains("id=\"yaml-check\""));
+    let bad = "rules:\n  - id: a\n    action: deny\n    colour: red\n";
+    let r = br.post("/console/policies/validate", &[("_csrf", &token), ("name", ""), ("yaml", bad)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("id=\"check-at\">Line 4, column 5: field `rules[0]"), "{}", r.text());
+    assert!(!r.text().contains("<html"), "a fragment, not a page: {}", r.text());
+    let r =
+        br.post("/console/policies/validate", &[("_csrf", &token), ("yaml", "rules:\n  - {id: a, action: deny}\n")]);
+    assert!(r.text().contains("Policy is valid (1 rule)"), "{}", r.text());
+    assert_eq!(br.post("/console/policies/validate", &[("yaml", bad)]).status, 403, "no CSRF token, no check");
+    assert_eq!(policies(), stored, "checking saved nothing");
+    // A webhook endpoint's deliveries page; another tenant's (or no) endpoint is the API's 404.
+    let r = br.get("/console/webhooks/no-such-endpoint");
+    assert_eq!(r.status, 404, "{}", r.text());
     // Evidence: the coverage drill-down of a control, and a bad period named.
     let packs = g.get_json(&g.key, "/v1/compliance/packs");
     let fw = packs["data"][0]["framework"].as_str().unwrap().to_string();
@@ -327,4 +346,273 @@ fn sessions_end(g: &Gateway) {
         let r = br.get("/console/receipts");
         assert_eq!((r.status, r.header("location")), (303, Some("/console/sign-in")), "{column}");
     }
+}
+
+/// A single sign-on session as the identity provider's callback leaves it (`console_sessions`,
+/// no key of its own), written straight into the store: the provider's part is tested in a
+/// browser (tests/console_browser.rs); this drives what follows over plain sockets.
+fn sso_session<'a>(g: &'a Gateway, subject: &str, role: &str) -> (Browser<'a>, String) {
+    use sha2::Digest;
+    let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let csrf = format!("csrf-{}", uuid::Uuid::new_v4().simple());
+    let hash = hex::encode(sha2::Sha256::digest(id.as_bytes()));
+    let now = chrono::Utc::now().timestamp_millis();
+    let tenant = &g.tenant_id;
+    g.sql(&format!(
+        "INSERT INTO console_sessions (id_hash, tenant_id, subject, role, csrf, created_ms, seen_ms) \
+         VALUES ('{hash}', '{tenant}', '{subject}', '{role}', '{csrf}', {now}, {now})"
+    ));
+    let mut br = Browser::new(g);
+    br.cookies.push(("tollgate_console".into(), id));
+    (br, csrf)
+}
+
+/// The tenant's live keys labelled `console:<subject>`: `(id, role)`.
+fn console_keys(g: &Gateway, subject: &str) -> Vec<(String, String)> {
+    let keys = g.get_json(&g.key, "/v1/keys?limit=200");
+    let label = format!("console:{subject}");
+    let mine = keys["data"].as_array().unwrap().iter().filter(|k| k["label"] == label.as_str());
+    mine.map(|k| (k["id"].as_str().unwrap().to_string(), k["role"].as_str().unwrap().to_string())).collect()
+}
+
+/// The actor of the tenant's newest model-call receipt.
+fn newest_call_actor(g: &Gateway) -> String {
+    let page = g.get_json(&g.key, "/v1/receipts?kind=model_call&limit=1");
+    page["receipts"][0]["actor"].as_str().unwrap_or_default().to_string()
+}
+
+/// Single sign-on sessions run prompts with a key of their own (docs/decisions/console.md):
+/// made through `POST /v1/keys` at the first run (admin receipt by `sso:<subject>`), of the
+/// session's role, reused, never shown; revoked at sign-out, at the request that finds the
+/// session expired, and by the sweep (here the one each sign-in runs; the listener runs the
+/// same one every minute); a key a manager revoked is not replaced; an auditor's run is refused.
+#[test]
+fn sso_sessions_run_prompts_with_a_key_of_their_own() {
+    for b in backends() {
+        let (g, _up) = support::with_standin(&b, &[]);
+        let prompt = g.mgmt(
+            "POST",
+            "/v1/prompts",
+            Some(&g.key),
+            Some(&json!({"name": "greet", "content": "Hello {{name}}", "labels": {"model": "gpt-4o-mini"}})),
+        );
+        assert_eq!(prompt.status, 201, "{}", prompt.text());
+        let pid = prompt.json()["id"].as_str().unwrap().to_string();
+        let versions = g.get_json(&g.key, &format!("/v1/prompts/{pid}/versions"));
+        let vid = versions[0]["id"].as_str().unwrap().to_string();
+        let p = (pid, vid);
+        made_reused_and_revoked_at_sign_out(&g, &p);
+        revoked_at_expiry(&g, &p);
+        not_replaced_and_refused_to_auditors(&g, &p);
+    }
+}
+
+/// A playground run of prompt `(id, version id)` in session `br`.
+fn run(br: &mut Browser, csrf: &str, p: &(String, String)) -> Resp {
+    let form = [
+        ("_csrf", csrf),
+        ("promptId", p.0.as_str()),
+        ("versionId", p.1.as_str()),
+        ("variables", "{\"name\": \"Ada\"}"),
+    ];
+    br.post("/console/prompts/run", &form)
+}
+
+fn made_reused_and_revoked_at_sign_out(g: &Gateway, p: &(String, String)) {
+    let (mut dev, csrf) = sso_session(g, "dev@example.com", "developer");
+    assert!(console_keys(g, "dev@example.com").is_empty());
+    let r = run(&mut dev, &csrf, p);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("id=\"run-result\"") && r.text().contains("Hello from stand-in"), "{}", r.text());
+    assert!(!r.text().contains("tollgate_sk_"), "the session's key is never shown");
+    let keys = console_keys(g, "dev@example.com");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (kid, role) = keys[0].clone();
+    assert_eq!(role, "developer");
+    assert_eq!(newest_call_actor(g), kid, "the run's receipt names the session's key");
+    // Made through the API: its admin receipt, by the session's identity.
+    let admin = g.get_json(&g.key, "/v1/receipts?kind=admin&limit=200");
+    let made = admin["receipts"].as_array().unwrap().iter().find(|r| r["subject"] == kid.as_str()).cloned();
+    let made = made.unwrap_or_else(|| panic!("no admin receipt names {kid}: {admin}"));
+    assert_eq!((made["actor"].as_str(), made["model"].as_str()), (Some("sso:dev@example.com"), Some("keys.create")));
+    // Kept sealed in the session row, and nowhere in the log.
+    let sealed = "UPDATE console_sessions SET role = role WHERE subject = 'dev@example.com' AND run_key_sealed";
+    assert_eq!(g.sql(&format!("{sealed} IS NOT NULL")), 1);
+    assert_eq!(g.sql(&format!("{sealed} LIKE 'tollgate_sk_%'")), 0, "stored in the clear");
+    assert!(!g.logs().contains("tollgate_sk_"), "a key in the log");
+    // The next run reuses it.
+    assert_eq!(run(&mut dev, &csrf, p).status, 200);
+    assert_eq!(console_keys(g, "dev@example.com"), keys);
+    assert_eq!(newest_call_actor(g), kid);
+    // Sign-out revokes it, through the API too.
+    assert_eq!(dev.post("/console/sign-out", &[("_csrf", &csrf)]).status, 303);
+    assert!(console_keys(g, "dev@example.com").is_empty(), "revoked at sign-out");
+    let admin = g.get_json(&g.key, "/v1/receipts?kind=admin&limit=200");
+    let gone = admin["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["subject"] == kid.as_str() && r["model"] == "keys.delete");
+    assert!(gone, "no keys.delete receipt for {kid}: {admin}");
+    // A manager's session gets a manager's key.
+    let (mut boss, csrf) = sso_session(g, "boss@example.com", "manager");
+    assert_eq!(run(&mut boss, &csrf, p).status, 200);
+    assert_eq!(console_keys(g, "boss@example.com").first().map(|k| k.1.as_str()), Some("manager"));
+}
+
+fn revoked_at_expiry(g: &Gateway, p: &(String, String)) {
+    // Found expired at its next request: idle for 31 minutes.
+    let (mut idle, csrf) = sso_session(g, "idle@example.com", "developer");
+    assert_eq!(run(&mut idle, &csrf, p).status, 200);
+    assert_eq!(console_keys(g, "idle@example.com").len(), 1);
+    g.sql("UPDATE console_sessions SET seen_ms = seen_ms - 1860000 WHERE subject = 'idle@example.com'");
+    let r = idle.get("/console/prompts");
+    assert_eq!((r.status, r.header("location")), (303, Some("/console/sign-in")));
+    assert!(console_keys(g, "idle@example.com").is_empty(), "revoked when found expired");
+    // Never seen again: 13 hours old, ended by the sweep at someone else's sign-in.
+    let (mut gone, csrf) = sso_session(g, "gone@example.com", "developer");
+    assert_eq!(run(&mut gone, &csrf, p).status, 200);
+    assert_eq!(console_keys(g, "gone@example.com").len(), 1);
+    g.sql("UPDATE console_sessions SET created_ms = created_ms - 46800000 WHERE subject = 'gone@example.com'");
+    assert_eq!(Browser::new(g).sign_in(&g.key).status, 303);
+    assert!(console_keys(g, "gone@example.com").is_empty(), "revoked by the sweep");
+    assert_eq!(g.sql("UPDATE console_sessions SET role = role WHERE subject = 'gone@example.com'"), 0, "row kept");
+}
+
+fn not_replaced_and_refused_to_auditors(g: &Gateway, p: &(String, String)) {
+    // A manager revokes a session's key: the session's next run is refused, no new key made.
+    let (mut dev, csrf) = sso_session(g, "revoked@example.com", "developer");
+    assert_eq!(run(&mut dev, &csrf, p).status, 200);
+    let (kid, _) = console_keys(g, "revoked@example.com")[0].clone();
+    assert_eq!(g.mgmt("DELETE", &format!("/v1/keys/{kid}"), Some(&g.key), None).status, 204);
+    let r = run(&mut dev, &csrf, p);
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.text().contains("was revoked"), "{}", r.text());
+    assert!(console_keys(g, "revoked@example.com").is_empty(), "not replaced");
+    // An auditor's run is refused (by the API, recorded as a deny); no key is made for it.
+    let (mut au, csrf) = sso_session(g, "auditor@example.com", "auditor");
+    let r = run(&mut au, &csrf, p);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("auditors cannot run prompts"), "{}", r.text());
+    assert!(console_keys(g, "auditor@example.com").is_empty());
+}
+
+/// A stand-in identity provider that only answers discovery (its document and an empty JWKS):
+/// enough for `/console/auth/start` to send the browser there with the flow's cookie.
+fn discovery_only() -> support::receiver::Receiver {
+    let idp = support::receiver::Receiver::start(Box::new(|_, _| (404, "{}".into())));
+    let issuer = idp.url("");
+    idp.set_script(Box::new(move |_, r| match r.path.as_str() {
+        "/.well-known/openid-configuration" => (
+            200,
+            json!({
+                "issuer": issuer, "authorization_endpoint": format!("{issuer}/auth"),
+                "token_endpoint": format!("{issuer}/token"), "jwks_uri": format!("{issuer}/jwks"),
+                "response_types_supported": ["code"], "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+            })
+            .to_string(),
+        ),
+        "/jwks" => (200, json!({"keys": []}).to_string()),
+        _ => (404, "{}".into()),
+    }));
+    idp
+}
+
+/// A gateway with single sign-on pointed at `idp`, and TLS on both listeners when `tls` names
+/// a certificate and its key.
+fn with_sso(idp: &support::receiver::Receiver, tls: Option<(&str, &str)>) -> Gateway {
+    let conf = std::env::temp_dir().join(format!("tollgate-console-tls-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let yaml = format!("console:\n  oidc:\n    issuer: \"{}\"\n    client_id: tollgate-console\n", idp.url(""));
+    std::fs::write(&conf, yaml).unwrap();
+    let conf = conf.to_str().unwrap().to_string();
+    let mut env = vec![("TOLLGATE_CONFIG", conf.as_str())];
+    if let Some((cert, key)) = tls {
+        env.extend([("TOLLGATE_TLS_CERT_FILE", cert), ("TOLLGATE_TLS_KEY_FILE", key)]);
+    }
+    Gateway::start(&support::Backend::Sqlite, &env)
+}
+
+/// An HTTPS client that trusts `cert` alone and follows no redirect.
+fn https_client(cert: &rcgen::CertifiedKey) -> reqwest::blocking::Client {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let tls =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    reqwest::blocking::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `Set-Cookie` value that sets cookie `name`.
+fn set_cookie(headers: &[(String, String)], name: &str) -> String {
+    let prefix = format!("{name}=");
+    let found = headers.iter().find(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with(&prefix));
+    found.unwrap_or_else(|| panic!("no Set-Cookie for {name} in {headers:?}")).1.clone()
+}
+
+/// A reqwest answer's headers as the plain client's.
+fn headers(r: &reqwest::blocking::Response) -> Vec<(String, String)> {
+    r.headers().iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string())).collect()
+}
+
+/// The `Secure` attribute follows the management listener: over TLS the session cookie is
+/// `Secure; HttpOnly; SameSite=Strict`, and so is the single sign-on flow's cookie `Secure`
+/// (with `SameSite=Lax`); over plain HTTP neither is `Secure` (a browser would drop it).
+#[test]
+fn console_cookies_are_secure_over_tls() {
+    let idp = discovery_only();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("tollgate-console-cert-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    let g = with_sso(&idp, Some((cert.to_str().unwrap(), key.to_str().unwrap())));
+    let client = https_client(&ck);
+    let base = format!("https://{}", g.mgmt);
+    let form = client.get(format!("{base}/console/sign-in")).send().unwrap();
+    let pre = set_cookie(&headers(&form), "tollgate_console_pre");
+    assert!(pre.contains("; Secure"), "{pre}");
+    let pre_value = pre.split(';').next().unwrap().to_string();
+    let token = csrf(&form.text().unwrap());
+    let body = format!("_csrf={token}&key={}", g.key);
+    let signed = client
+        .post(format!("{base}/console/sign-in"))
+        .header("Cookie", &pre_value)
+        .header("Origin", &base)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(signed.status(), 303, "{:?}", signed.text());
+    let session = set_cookie(&headers(&signed), "tollgate_console");
+    for attr in ["; Secure", "; HttpOnly", "; SameSite=Strict"] {
+        assert!(session.contains(attr), "{attr} missing: {session}");
+    }
+    let start = client.get(format!("{base}/console/auth/start")).send().unwrap();
+    assert_eq!(start.status(), 303, "{:?}", start.text());
+    let flow = set_cookie(&headers(&start), "tollgate_console_oidc");
+    for attr in ["; Secure", "; HttpOnly", "; SameSite=Lax"] {
+        assert!(flow.contains(attr), "{attr} missing: {flow}");
+    }
+    drop(g);
+    // The same over plain HTTP: no `Secure` on either (the session cookie: sign_in_and_pages).
+    let g = with_sso(&idp, None);
+    let start = http::request(g.mgmt, "GET", "/console/auth/start", &[], b"");
+    assert_eq!(start.status, 303, "{}", start.text());
+    let flow = set_cookie(&start.headers, "tollgate_console_oidc");
+    assert!(flow.contains("; HttpOnly") && flow.contains("; SameSite=Lax") && !flow.contains("Secure"), "{flow}");
+    let mut br = Browser::new(&g);
+    let r = br.sign_in(&g.key);
+    let session = set_cookie(&r.headers, "tollgate_console");
+    assert!(session.contains("; HttpOnly") && session.contains("; SameSite=Strict"), "{session}");
+    assert!(!session.contains("Secure"), "{session}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -3,7 +3,9 @@
 //! once, a receipt verified in the browser and then not after tampering, a budget request
 //! approved, the auditor's refused writes, sign-out and the back button, escaping, cross-site
 //! posts, session expiry, field errors, axe-core accessibility on every page at desktop and phone
-//! widths, page weight).
+//! widths, page weight, what a developer key sees; the policy editor's check as the user types
+//! and a webhook endpoint's deliveries; single sign-on through a real OpenID provider, with a
+//! playground run on the session's own key).
 //!
 //! Python comes from TOLLGATE_CONSOLE_PYTHON, else the repository's .venv-console (made by
 //! scripts/test from tests/console/requirements.txt); the browser from TOLLGATE_CHROMIUM, else
@@ -49,35 +51,66 @@ fn unusable(py: &Path, browser: &Path) -> Option<String> {
     }
 }
 
+/// Python and the browser, or None (skipped, said why) when they cannot run here and
+/// TOLLGATE_REQUIRE_BROWSER_TESTS=1 does not make them mandatory.
+fn python_and_browser(what: &str) -> Option<(PathBuf, PathBuf)> {
+    let (py, browser) = (python(), chromium());
+    let Some(reason) = unusable(&py, &browser) else { return Some((py, browser)) };
+    if std::env::var("TOLLGATE_REQUIRE_BROWSER_TESTS").is_ok_and(|v| v == "1") {
+        panic!("TOLLGATE_REQUIRE_BROWSER_TESTS=1 but {reason}; set up with `{SETUP}`");
+    }
+    eprintln!("skipping the console's {what}: {reason} (set up with `{SETUP}`)");
+    None
+}
+
 #[test]
 fn console_in_a_browser() {
-    let (py, browser) = (python(), chromium());
-    if let Some(reason) = unusable(&py, &browser) {
-        if std::env::var("TOLLGATE_REQUIRE_BROWSER_TESTS").is_ok_and(|v| v == "1") {
-            panic!("TOLLGATE_REQUIRE_BROWSER_TESTS=1 but {reason}; set up with `{SETUP}`");
-        }
-        eprintln!("skipping the console's browser tests: {reason} (set up with `{SETUP}`)");
-        return;
-    }
+    let Some((py, browser)) = python_and_browser("browser tests") else { return };
     let (mut g, _standin) = with_standin(&Backend::Sqlite, &[]);
     // The Evidence page verifies a period of more than 10 000 receipts in the browser.
     g.stop();
     seed_receipts(&g, 10_000);
     g.spawn();
-    let mut pytest = Command::new(&py);
+    // A second tenant: its receipt is one a developer of the first may not open.
+    let (_, other) = g.create_tenant_live("other");
+    let status = pytest(&py, &browser, &g, "tests/console/test_console_browser.py")
+        .env("TOLLGATE_OTHER_TENANT_KEY", &other)
+        .status()
+        .expect("run pytest");
+    assert!(status.success(), "console browser tests failed ({status}); output above. Server log:\n{}", g.logs());
+}
+
+/// Issue 43's live policy check and webhook deliveries (tests/console/test_console_policy_live.py),
+/// against a gateway of their own: it may call webhook receivers on 127.0.0.1 and polls its
+/// outbox often.
+#[test]
+fn console_live_checks_in_a_browser() {
+    let Some((py, browser)) = python_and_browser("live-check browser tests") else { return };
+    let env = [("TOLLGATE_WEBHOOK_ALLOW_PRIVATE_URLS", "true"), ("TOLLGATE_WEBHOOK_POLL_MS", "50")];
+    let g = support::Gateway::start(&Backend::Sqlite, &env);
+    let status = pytest(&py, &browser, &g, "tests/console/test_console_policy_live.py").status().expect("run pytest");
+    assert!(
+        status.success(),
+        "console live-check browser tests failed ({status}); output above. Server log:\n{}",
+        g.logs()
+    );
+}
+
+/// `python -m pytest <file>` against `g`, with the addresses and key tests/console/conftest.py reads.
+fn pytest(py: &Path, browser: &Path, g: &support::Gateway, file: &str) -> Command {
+    let mut pytest = Command::new(py);
     pytest
-        .args(["-m", "pytest", "tests/console/test_console_browser.py", "-q", "-s", "-p", "no:cacheprovider", "-x"])
+        .args(["-m", "pytest", file, "-q", "-s", "-p", "no:cacheprovider", "-x"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("TOLLGATE_CONSOLE_URL", format!("http://{}", g.mgmt))
         .env("TOLLGATE_GATEWAY_URL", format!("http://{}", g.gw))
         .env("TOLLGATE_MANAGER_KEY", &g.key)
         .env("TOLLGATE_SQLITE", g.dir.join("tollgate.db"))
-        .env("TOLLGATE_CHROMIUM", &browser);
+        .env("TOLLGATE_CHROMIUM", browser);
     if let Some(dir) = std::env::var_os("TOLLGATE_CONSOLE_SCREENSHOTS") {
         pytest.env("TOLLGATE_CONSOLE_SCREENSHOTS", dir);
     }
-    let status = pytest.status().expect("run pytest");
-    assert!(status.success(), "console browser tests failed ({status}); output above. Server log:\n{}", g.logs());
+    pytest
 }
 
 /// `n` signed, chained model-call receipts of the test tenant, stamped now, appended through the
@@ -184,7 +217,8 @@ fn console_single_sign_on_in_a_browser() {
          client_secret: console-secret\n    claims: {{ tenant: tenant, role: role }}\n"
     );
     std::fs::write(&conf, yaml).unwrap();
-    let g = support::Gateway::start(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
+    // The stand-in provider answers the playground's runs.
+    let (g, _standin) = with_standin(&Backend::Sqlite, &[("TOLLGATE_CONFIG", conf.to_str().unwrap())]);
     let _provider = Provider::start(idp, &format!("http://{}/console/auth/callback", g.mgmt), &g.tenant_id);
     let mut pytest = Command::new(&py);
     pytest

@@ -363,3 +363,67 @@ fn check_config_validates_policy_files() {
     assert!(err.contains("rules[0].match") && err.contains("keyclass"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `POST /v1/policies/validate`: the create route's check without saving. A valid policy → 200
+/// with its rule count; an invalid one → the very refusal create gives (line, column, field);
+/// a bad body → 400 in the envelope. Any key but an auditor's; nothing stored, nothing in the
+/// admin trail.
+#[test]
+fn validate_checks_like_create_and_changes_nothing() {
+    for b in backends() {
+        let g = Gateway::start(&b, &[]);
+        let (_, dev) = g.new_key(&g.key, &json!({"label": "dev"}));
+        let (_, auditor) = g.new_key(&g.key, &json!({"label": "audit", "role": "auditor"}));
+        let validate = |key: &str, body: Value| g.mgmt("POST", "/v1/policies/validate", Some(key), Some(&body));
+        let before = g.newest_seq(&g.key);
+
+        let two = "rules:\n  - id: a\n    action: deny\n  - id: b\n    action: allow\n";
+        for key in [&g.key, &dev] {
+            let r = validate(key, json!({"yaml": two}));
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.json(), json!({"valid": true, "rules": 2}));
+        }
+        let r = validate(&g.key, json!({"yaml": "cache: {mode: exact, ttlSeconds: 60}\n"}));
+        assert_eq!(r.json(), json!({"valid": true, "rules": 0}), "{}", r.text());
+
+        // The same refusal as create, word for word, for every kind of mistake.
+        for bad in [
+            "rules:\n  - id: a\n    action: deny\n    colour: red\n",
+            "rules:\n  - id: a\n    action: deny\n   match: {model: x}\n",
+            "cache:\n  mode: sometimes\n",
+            "tenant: acme\nrules: []\n",
+        ] {
+            let checked = invalid_message(&validate(&dev, json!({"yaml": bad})));
+            let created = invalid_message(&post(&g, &g.key, json!({"name": "x", "yaml": bad})));
+            assert_eq!(checked, created, "{bad}");
+            assert!(checked.starts_with("field `yaml` is not a valid policy: line "), "{checked}");
+        }
+        let m = invalid_message(&validate(
+            &g.key,
+            json!({"yaml": "rules:\n  - id: a\n    action: deny\n    colour: red\n"}),
+        ));
+        assert!(m.contains("line 4, column 5: field `rules[0]") && m.contains("unknown field `colour`"), "{m}");
+
+        // The body itself: not JSON, no `yaml`, an unknown field, the wrong type.
+        let r = g.mgmt_raw("POST", "/v1/policies/validate", &g.key, b"{\"yaml\": ");
+        assert!(invalid_message(&r).contains("not valid JSON"), "{}", r.text());
+        assert!(invalid_message(&validate(&g.key, json!({}))).contains("yaml"));
+        assert!(invalid_message(&validate(&g.key, json!({"yaml": "", "name": "x"}))).contains("name"));
+        assert!(invalid_message(&validate(&g.key, json!({"yaml": 3}))).contains("yaml"));
+
+        // Who: no key → 401; an auditor → 403 (auditors only read evidence).
+        let r = g.mgmt("POST", "/v1/policies/validate", None, Some(&json!({"yaml": two})));
+        assert_eq!(r.status, 401, "{}", r.text());
+        let r = validate(&auditor, json!({"yaml": two}));
+        assert_eq!((r.status, r.json()["error"]["type"].as_str()), (403, Some("forbidden")), "{}", r.text());
+        // Other methods on the path are not a policy called `validate`.
+        assert_eq!(g.mgmt("GET", "/v1/policies/validate", Some(&g.key), None).status, 405);
+
+        // Nothing stored, and no admin receipt for any of it (the refused auditor's included).
+        assert!(list(&g, &g.key).is_empty(), "validating stored nothing");
+        assert_eq!(g.newest_seq(&g.key), before, "validating appends nothing to the tenant's log");
+        if let support::Backend::Postgres(url) = &b {
+            support::drop_postgres(url);
+        }
+    }
+}

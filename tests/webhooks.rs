@@ -445,3 +445,132 @@ fn bad_bodies_are_400_naming_the_field() {
     assert_eq!(g.mgmt("DELETE", "/v1/webhook-endpoints/x", Some(&dev), None).status, 403);
     assert_eq!(g.mgmt("DELETE", "/v1/webhook-endpoints/nope", Some(&g.key), None).status, 404);
 }
+
+/// `GET /v1/webhook-endpoints/{id}`/deliveries of `key`, page by page: every row, newest first.
+fn deliveries(g: &Gateway, key: &str, id: &str, query: &str) -> Vec<Value> {
+    let (mut out, mut cursor) = (Vec::new(), String::new());
+    loop {
+        let path = format!("/v1/webhook-endpoints/{id}/deliveries?limit=2{query}{cursor}");
+        let page = g.get_json(key, &path);
+        out.extend(page["data"].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return out,
+        }
+    }
+}
+
+/// Polls the endpoint's newest delivery until `ready` holds for it (bounded, not timed).
+fn newest_delivery(g: &Gateway, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = g.get_json(&g.key, &format!("/v1/webhook-endpoints/{id}/deliveries?limit=1"));
+        let newest = page["data"][0].clone();
+        if ready(&newest) {
+            return newest;
+        }
+        assert!(std::time::Instant::now() < until, "the delivery never got there: {newest}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 43: the outbox as the API shows it. A receiver refusing the first delivery then
+/// accepting: the row is `pending` with the 500 and its error, then `delivered` with one attempt
+/// per request the receiver saw. A receiver that never answers: `pending`, no status, the
+/// timeout as its error. Pages walk newest first; other tenants get 404; only managers read it.
+#[test]
+fn deliveries_show_attempts_answers_and_errors() {
+    for b in backends() {
+        // Refuses until told to accept: the first state is seen before the second (no race).
+        let accept = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a = accept.clone();
+        let rx = Receiver::start(Box::new(move |_, _| {
+            if a.load(std::sync::atomic::Ordering::SeqCst) {
+                (200, "{}".into())
+            } else {
+                (500, "{\"err\":1}".into())
+            }
+        }));
+        // Accepts connections into its backlog and never answers them.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut vars = env("300");
+        vars.extend([("TOLLGATE_WEBHOOK_TIMEOUT_MS", "500"), ("TOLLGATE_WEBHOOK_RETRY_MAX_MS", "1000")]);
+        vars.push(("TOLLGATE_WEBHOOK_MAX_ATTEMPTS", "1000"));
+        let g = Gateway::start(&b, &vars);
+        let (flaky, secret) = endpoint(&g, &rx.url("/h"), &["key.created"]);
+        let (mute, _) = endpoint(&g, &format!("http://{}/h", silent.local_addr().unwrap()), &["key.created"]);
+        let empty = g.get_json(&g.key, &format!("/v1/webhook-endpoints/{flaky}/deliveries"));
+        assert_eq!(empty, json!({"data": [], "nextCursor": null}));
+
+        g.create_key("first");
+        let failing = newest_delivery(&g, &flaky, |d| d["lastStatus"] == 500);
+        assert_eq!((failing["status"].as_str(), failing["eventType"].as_str()), (Some("pending"), Some("key.created")));
+        assert_eq!(failing["lastError"], "HTTP 500", "{failing}");
+        assert!(failing["attempts"].as_i64().unwrap() >= 1 && failing["deliveredAt"].is_null(), "{failing}");
+        assert!(failing["nextAttemptAt"].as_str().is_some_and(|t| t.ends_with('Z')), "{failing}");
+        let event_id = failing["eventId"].as_str().unwrap().to_string();
+        assert_eq!(rx.received()[0].header("webhook-id"), Some(event_id.as_str()));
+
+        accept.store(true, std::sync::atomic::Ordering::SeqCst);
+        let done = newest_delivery(&g, &flaky, |d| d["status"] == "delivered");
+        let seen = rx.received().len() as i64;
+        assert!(seen >= 2, "refused once, then accepted: {seen} requests");
+        assert_eq!(done["attempts"].as_i64(), Some(seen), "one attempt per request received: {done}");
+        assert_eq!((done["lastStatus"].as_i64(), done["eventId"].as_str()), (Some(200), Some(event_id.as_str())));
+        assert!(done["lastError"].is_null() && done["nextAttemptAt"].is_null(), "{done}");
+        assert!(done["deliveredAt"].as_str().unwrap() >= done["createdAt"].as_str().unwrap(), "{done}");
+        let keys: Vec<&str> = done.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys.len(),
+            9,
+            "eventId, eventType, status, attempts, lastStatus, lastError, createdAt, deliveredAt, nextAttemptAt: {keys:?}"
+        );
+
+        let timed_out = newest_delivery(&g, &mute, |d| !d["lastError"].is_null());
+        assert_eq!(timed_out["status"], "pending", "{timed_out}");
+        assert!(timed_out["lastStatus"].is_null(), "no answer, no status: {timed_out}");
+        assert!(timed_out["lastError"].as_str().unwrap().contains("500 ms"), "{timed_out}");
+        assert!(timed_out["nextAttemptAt"].is_string(), "{timed_out}");
+
+        // Two more events: pages of two walk all three, newest first; `status` filters.
+        g.create_key("second");
+        g.create_key("third");
+        newest_delivery(&g, &flaky, |d| d["status"] == "delivered" && d["eventId"] != event_id.as_str());
+        let all = deliveries(&g, &g.key, &flaky, "");
+        let ids: Vec<&str> = all.iter().map(|d| d["eventId"].as_str().unwrap()).collect();
+        assert_eq!(ids.len(), 3, "{all:?}");
+        assert!(ids.windows(2).all(|w| w[0] > w[1]) && ids[2] == event_id, "newest first: {ids:?}");
+        let pending = deliveries(&g, &g.key, &mute, "&status=pending");
+        assert_eq!(pending.len(), 3, "{pending:?}");
+        assert!(deliveries(&g, &g.key, &mute, "&status=delivered").is_empty());
+        let text = g.mgmt("GET", &format!("/v1/webhook-endpoints/{flaky}/deliveries"), Some(&g.key), None).text();
+        assert!(!text.contains(&secret[6..]) && !text.contains("payload") && !text.contains("\"data\":{"), "{text}");
+
+        // Bad queries; ids not the tenant's; who may read.
+        let bad = |q: &str| g.mgmt("GET", &format!("/v1/webhook-endpoints/{flaky}/deliveries?{q}"), Some(&g.key), None);
+        for q in ["status=lost", "limit=0", "limit=201"] {
+            let r = bad(q);
+            assert_eq!((r.status, r.json()["error"]["type"].as_str()), (400, Some("invalid_request")), "{q}");
+        }
+        let missing = g.mgmt("GET", "/v1/webhook-endpoints/no-such/deliveries", Some(&g.key), None);
+        assert_eq!(missing.status, 404, "{}", missing.text());
+        let (_, other) = g.create_tenant_live("other");
+        let r = g.mgmt("GET", &format!("/v1/webhook-endpoints/{flaky}/deliveries"), Some(&other), None);
+        assert_eq!((r.status, r.json()["error"]["type"].as_str()), (404, Some("not_found")), "{}", r.text());
+        let (_, dev) = g.new_key(&g.key, &json!({"label": "dev"}));
+        let (_, auditor) = g.new_key(&g.key, &json!({"label": "audit", "role": "auditor"}));
+        for key in [&dev, &auditor] {
+            let r = g.mgmt("GET", &format!("/v1/webhook-endpoints/{flaky}/deliveries"), Some(key), None);
+            assert_eq!((r.status, r.json()["error"]["type"].as_str()), (403, Some("forbidden")), "{}", r.text());
+            let list = g.mgmt("GET", "/v1/webhook-endpoints", Some(key), None);
+            assert_eq!(list.status, 403, "the same rule as the endpoint list");
+        }
+        // Deleting the endpoint takes its deliveries with it.
+        assert_eq!(g.mgmt("DELETE", &format!("/v1/webhook-endpoints/{mute}"), Some(&g.key), None).status, 204);
+        assert_eq!(g.mgmt("GET", &format!("/v1/webhook-endpoints/{mute}/deliveries"), Some(&g.key), None).status, 404);
+        drop(silent);
+        if let Backend::Postgres(url) = &b {
+            support::drop_postgres(url);
+        }
+    }
+}

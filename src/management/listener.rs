@@ -12,6 +12,7 @@ use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
 
 use super::answer::answer;
 use super::console::{self, Console};
@@ -24,15 +25,48 @@ use crate::error::{ApiError, ErrorKind};
 use crate::receipts::admin;
 use crate::store::audit;
 
+/// Cheap to clone: the listener's service and the console's session sweep share one.
+#[derive(Clone)]
 pub struct ManagementApp {
     app: Arc<App>,
-    console: Console,
+    console: Arc<Console>,
 }
 
 impl ManagementApp {
     pub fn new(app: Arc<App>) -> Self {
-        let console = Console::new(&app);
+        let console = Arc::new(Console::new(&app));
         ManagementApp { app, console }
+    }
+
+    /// The background service that ends expired console sessions (see [`SessionSweep`]).
+    pub fn session_sweep(&self) -> SessionSweep {
+        SessionSweep(self.clone())
+    }
+}
+
+/// How often expired console sessions are looked for. A session nobody comes back to keeps its
+/// own key (a single sign-on session's, `console::run_key`) until then: at most this long past
+/// its expiry. A sweep with nothing to do is two small statements.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Ends expired console sessions now and then, revoking their own keys through this listener's
+/// own dispatch (admin receipts and `key.revoked` as for any revocation). Several processes on
+/// one database may each sweep: a key already revoked counts as done.
+pub struct SessionSweep(ManagementApp);
+
+#[async_trait]
+impl BackgroundService for SessionSweep {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(SWEEP_EVERY) => {
+                    if let Err(e) = console::sweep(&self.0.app, &self.0).await {
+                        log::warn!("console: session sweep failed (retried at the next one): {e}");
+                    }
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
     }
 }
 

@@ -37,5 +37,5 @@ mod teams;
 mod tool_servers;
 mod webhooks;
 
-pub use listener::ManagementApp;
+pub use listener::{ManagementApp, SessionSweep};
 pub use query::percent_decode;

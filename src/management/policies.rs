@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use super::handler::{Caller, Handled, Page, Reply, Req};
 use super::openapi_parts::{string_enum, Authenticated, Conflicting, Manager, Missing, PageQuery};
 use crate::app::App;
+use crate::checks::policy::document::PolicyDoc;
 use crate::checks::policy::files::FilePolicy;
 use crate::checks::policy::validate;
 use crate::error::{ApiError, ErrorKind};
@@ -38,9 +39,30 @@ fn input(req: &Req) -> Result<PolicyInput, ApiError> {
     if name.is_empty() || name.chars().count() > 200 {
         return Err(ApiError::invalid("field `name` must be 1 to 200 characters"));
     }
-    validate::parse_api(&body.yaml)
-        .map_err(|e| ApiError::invalid(format!("field `yaml` is not a valid policy: {e}")))?;
+    checked(&body.yaml)?;
     Ok(PolicyInput { name, enabled: body.enabled, yaml: body.yaml })
+}
+
+/// The one check of a policy's text, for create, replace and validate alike: the refusal names
+/// the line, column and field (`field \`yaml\` is not a valid policy: line L, column C: ...`).
+fn checked(yaml: &str) -> Result<PolicyDoc, ApiError> {
+    validate::parse_api(yaml).map_err(|e| ApiError::invalid(format!("field `yaml` is not a valid policy: {e}")))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ValidateBody {
+    /// The policy document (YAML) to check.
+    yaml: String,
+}
+
+/// A policy that would be accepted as it is.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Validated {
+    /// Always true (an invalid policy is a 400).
+    valid: bool,
+    /// How many `rules` it has.
+    rules: usize,
 }
 
 /// `api` (made through this API) or `file` (a policy file on disk, read-only here).
@@ -138,6 +160,20 @@ pub async fn create(app: &App, caller: &Caller, req: &Req) -> Handled {
     app.snapshot.changed().await?;
     log::info!("policy {} of tenant {} created", rec.id, caller.tenant());
     Ok(Reply::json(201, &api_policy(&rec)))
+}
+
+/// Check a policy without saving it (any key but an auditor's)
+///
+/// The same check as create and replace, with the same refusal: a 400 whose message names the
+/// line, column and field. Nothing is stored, nothing is recorded in the admin trail (it changes
+/// nothing); an editor may call it as the user types.
+#[utoipa::path(post, path = "/v1/policies/validate", operation_id = "validatePolicy", tag = "policies",
+    request_body = ValidateBody,
+    responses((status = 200, description = "The policy is valid", body = Validated), Manager, Authenticated))]
+pub async fn validate(req: &Req) -> Handled {
+    let body: ValidateBody = req.json()?;
+    let doc = checked(&body.yaml)?;
+    Ok(Reply::json(200, &Validated { valid: true, rules: doc.rules.len() }))
 }
 
 /// List policies: the API's, then the policy files that apply

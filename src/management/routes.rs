@@ -109,6 +109,7 @@ pub const ROUTES: &[Route] = &[
     r("DELETE", "/v1/routes/{model}", Keyed(|c| Box::pin(model_routes::delete(c.app, c.caller, c.params[0])))),
     r("GET", "/v1/policies", Keyed(|c| Box::pin(policies::list(c.app, c.caller, c.req)))),
     r("POST", "/v1/policies", Keyed(|c| Box::pin(policies::create(c.app, c.caller, c.req)))),
+    r("POST", "/v1/policies/validate", Keyed(|c| Box::pin(policies::validate(c.req)))),
     r("GET", "/v1/policies/{id}", Keyed(|c| Box::pin(policies::get(c.app, c.caller, c.params[0])))),
     r("PUT", "/v1/policies/{id}", Keyed(|c| Box::pin(policies::replace(c.app, c.caller, c.params[0], c.req)))),
     r("DELETE", "/v1/policies/{id}", Keyed(|c| Box::pin(policies::delete(c.app, c.caller, c.params[0])))),
@@ -212,6 +213,11 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/webhook-endpoints", Keyed(|c| Box::pin(webhooks::list(c.app, c.caller, c.req)))),
     r("POST", "/v1/webhook-endpoints", Keyed(|c| Box::pin(webhooks::create(c.app, c.caller, c.req)))),
     r("DELETE", "/v1/webhook-endpoints/{id}", Keyed(|c| Box::pin(webhooks::delete(c.app, c.caller, c.params[0])))),
+    r(
+        "GET",
+        "/v1/webhook-endpoints/{id}/deliveries",
+        Keyed(|c| Box::pin(webhooks::deliveries(c.app, c.caller, c.params[0], c.req))),
+    ),
     r("POST", "/v1/billing/checkout", Keyed(|c| Box::pin(billing::checkout(c.app, c.caller, c.req)))),
     r("GET", "/v1/log/checkpoint", Keyed(|c| Box::pin(log::checkpoint(c.app, c.caller)))),
     r("GET", "/v1/log/checkpoints", Keyed(|c| Box::pin(log::checkpoints(c.app, c.caller, c.req)))),
@@ -236,6 +242,10 @@ const AUDITOR_READS: &[&str] =
 pub fn auditor_may(route: &Route) -> bool {
     route.method == "GET" && AUDITOR_READS.iter().any(|p| route.path.starts_with(p))
 }
+
+/// Routes that take a body by `POST` but change nothing (a policy checked as it is typed): not
+/// writes, so no admin receipt records them (docs/log.md §8 records writes and evidence reads).
+const READS_BY_POST: &[(&str, &str)] = &[("POST", "/v1/policies/validate")];
 
 /// The action an `admin` receipt names (docs/log.md §8: `<resource>.<verb>`, the resource as
 /// the route names it) for every write and every evidence read; a unit test holds that every
@@ -288,9 +298,9 @@ pub fn action(route: &Route) -> Option<&'static str> {
     ACTIONS.iter().find(|(m, p, _)| *m == route.method && *p == route.path).map(|&(_, _, a)| a)
 }
 
-/// Whether `route` changes something (every method but `GET`).
+/// Whether `route` changes something: every method but `GET`, except [`READS_BY_POST`].
 pub fn is_write(route: &Route) -> bool {
-    route.method != "GET"
+    route.method != "GET" && !READS_BY_POST.iter().any(|(m, p)| *m == route.method && *p == route.path)
 }
 
 /// The outcome of looking a request up.
@@ -371,8 +381,12 @@ mod tests {
     /// Every write, and only a route of the table, names an admin action; no two share one.
     #[test]
     fn every_write_names_its_admin_action() {
-        for route in ROUTES.iter().filter(|r| r.method != "GET") {
+        for route in ROUTES.iter().filter(|r| is_write(r)) {
             assert!(super::action(route).is_some(), "{route:?} has no admin action");
+        }
+        for (m, p) in READS_BY_POST {
+            let route = ROUTES.iter().find(|r| r.method == *m && r.path == *p).expect("a route of the table");
+            assert!(super::action(route).is_none(), "{route:?} changes nothing: no admin action");
         }
         for (m, p, a) in super::ACTIONS {
             assert!(ROUTES.iter().any(|r| r.method == *m && r.path == *p), "{m} {p} ({a}) is not a route");

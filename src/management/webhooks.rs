@@ -1,6 +1,7 @@
 //! `/v1/webhook-endpoints`: where a tenant's events are POSTed. The signing secret is shown once,
 //! in the create answer; it is stored sealed under the master key (the sender must sign with
-//! it, so a hash would not do) and never shown, listed or logged again.
+//! it, so a hash would not do) and never shown, listed or logged again. An endpoint's deliveries
+//! (the durable outbox's rows, newest first) show where each event stands, never its payload.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -9,7 +10,8 @@ use super::handler::{page_limit, paginate, Caller, Handled, Page, Reply, Req};
 use super::openapi_parts::{Authenticated, Manager, Missing, PageQuery};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::store::{self, webhooks::Endpoint};
+use crate::store;
+use crate::store::webhooks::{Delivery, DeliveryStatus, Endpoint};
 use crate::webhooks::{self as hooks, EVENTS};
 
 /// An event type an endpoint subscribes to.
@@ -135,4 +137,34 @@ pub async fn delete(app: &App, caller: &Caller, id: &str) -> Handled {
     }
     log::info!("webhook endpoint {id} of tenant {} deleted", caller.tenant());
     Ok(Reply::NoContent)
+}
+
+/// List an endpoint's deliveries, newest first (manager)
+///
+/// The durable outbox as it stands: one row per event sent (or to be sent) to this endpoint,
+/// with its attempts and the last answer or error. The payload is not shown (the receiver has
+/// it; its `webhook-id` is `eventId`), nor anything of the signing secret. Rows go with their
+/// endpoint when it is deleted.
+#[utoipa::path(get, path = "/v1/webhook-endpoints/{id}/deliveries", operation_id = "listWebhookDeliveries",
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook endpoint id"), PageQuery,
+        ("status" = inline(Option<DeliveryStatus>), Query, description = "Only deliveries in this state")),
+    responses((status = 200, description = "A page of deliveries, newest first", body = Page<Delivery>),
+        Manager, Missing, Authenticated))]
+pub async fn deliveries(app: &App, caller: &Caller, id: &str, req: &Req) -> Handled {
+    caller.require_manager()?;
+    let limit = page_limit(req)?;
+    let status = match req.query("status").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(
+            DeliveryStatus::parse(s)
+                .ok_or_else(|| ApiError::invalid("query `status` must be one of: pending, delivered, failed"))?,
+        ),
+    };
+    let cursor = req.query("cursor").filter(|c| !c.is_empty());
+    let rows = store::webhooks::deliveries(&app.store, caller.tenant(), id, status, cursor, limit + 1)
+        .await?
+        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    let (page, next) = paginate(rows, limit, |d| &d.event_id);
+    Ok(Reply::json(200, &Page { data: page, next_cursor: next }))
 }

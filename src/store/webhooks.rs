@@ -230,6 +230,117 @@ pub async fn delete(store: &Store, tenant_id: &str, id: &str) -> Result<bool, St
         .await
 }
 
+/// Where a delivery stands: `pending` (to be attempted, or retried), `delivered` (a 2xx answer),
+/// `failed` (given up after `webhooks.max_attempts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [DeliveryStatus; 3] = [DeliveryStatus::Pending, DeliveryStatus::Delivered, DeliveryStatus::Failed];
+
+    /// The word stored in `webhook_deliveries.status` (and shown by the API).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<DeliveryStatus> {
+        DeliveryStatus::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+}
+
+/// One outbox row as the API shows it: where its delivery stands, never its payload (which the
+/// receiver has) nor anything of the endpoint's secret.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// The `webhook-id` header of every attempt (`msg_...`): what a receiver deduplicates on.
+    pub event_id: String,
+    pub event_type: String,
+    pub status: DeliveryStatus,
+    /// Attempts made so far (an attempt under way counts).
+    pub attempts: i64,
+    /// The HTTP status of the last answer; null before any answer (or when none came).
+    pub last_status: Option<i64>,
+    /// Why the last attempt failed (`HTTP 500`, `no answer within 10000 ms`, ...); null once
+    /// delivered and before the first attempt.
+    pub last_error: Option<String>,
+    pub created_at: String,
+    pub delivered_at: Option<String>,
+    /// When the next attempt is due; null unless `pending`.
+    pub next_attempt_at: Option<String>,
+}
+
+fn delivery_from_row(r: &AnyRow) -> Result<Delivery, sqlx::Error> {
+    let word: String = r.try_get("status")?;
+    let status = DeliveryStatus::parse(&word)
+        .ok_or_else(|| sqlx::Error::Decode(format!("unknown webhook delivery status `{word}`").into()))?;
+    let next_ms: i64 = r.try_get("next_attempt_ms")?;
+    let next = (status == DeliveryStatus::Pending)
+        .then(|| chrono::DateTime::from_timestamp_millis(next_ms))
+        .flatten()
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string());
+    Ok(Delivery {
+        event_id: r.try_get("event_id")?,
+        event_type: r.try_get("event_type")?,
+        status,
+        attempts: r.try_get("attempts")?,
+        last_status: r.try_get("last_status")?,
+        last_error: r.try_get("last_error")?,
+        created_at: r.try_get("created_at")?,
+        delivered_at: r.try_get("delivered_at")?,
+        next_attempt_at: next,
+    })
+}
+
+/// A page of one endpoint's deliveries, newest first (event ids are UUIDv7, so they sort by
+/// time), optionally of one status, after the event id `before`; None when the tenant has no
+/// endpoint with this id (another tenant's is not found either).
+pub async fn deliveries(
+    store: &Store,
+    tenant_id: &str,
+    endpoint_id: &str,
+    status: Option<DeliveryStatus>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<Delivery>>, StoreError> {
+    let (t, ep, before) = (tenant_id.to_string(), endpoint_id.to_string(), before.map(str::to_string));
+    store
+        .run(move |pool, _| async move {
+            let owned = sqlx::query("SELECT 1 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2")
+                .bind(&t)
+                .bind(&ep)
+                .fetch_optional(&pool)
+                .await?;
+            if owned.is_none() {
+                return Ok(None);
+            }
+            let rows = sqlx::query(
+                "SELECT event_id, event_type, status, attempts, last_status, last_error, created_at, delivered_at, \
+                 next_attempt_ms FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 \
+                 AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR event_id < $4) \
+                 ORDER BY event_id DESC LIMIT $5",
+            )
+            .bind(t)
+            .bind(ep)
+            .bind(status.map(|s| s.as_str().to_string()))
+            .bind(before)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await?;
+            Ok(Some(rows.iter().map(delivery_from_row).collect::<Result<_, _>>()?))
+        })
+        .await
+}
+
 /// Where and how to send: the endpoint's URL and sealed secret.
 #[derive(Debug, Clone)]
 pub struct Target {

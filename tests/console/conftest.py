@@ -14,6 +14,8 @@ from playwright.sync_api import sync_playwright
 CONSOLE = os.environ["TOLLGATE_CONSOLE_URL"]
 GATEWAY = os.environ["TOLLGATE_GATEWAY_URL"]
 MANAGER = os.environ["TOLLGATE_MANAGER_KEY"]
+# A manager key of a second tenant (tests/console_browser.rs), where one is made.
+OTHER_TENANT_KEY = os.environ.get("TOLLGATE_OTHER_TENANT_KEY", "")
 DB = os.environ["TOLLGATE_SQLITE"]
 CHROMIUM = os.environ.get("TOLLGATE_CHROMIUM", "/usr/bin/chromium")
 SHOTS = os.environ.get("TOLLGATE_CONSOLE_SCREENSHOTS", "")

@@ -11,7 +11,7 @@ import time
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from conftest import CONSOLE, GATEWAY, MANAGER, api, call, shot, sign_in, sql
+from conftest import CONSOLE, GATEWAY, MANAGER, OTHER_TENANT_KEY, api, call, shot, sign_in, sql
 
 SHARED = {}
 PAGES = ["", "receipts", "evidence", "keys", "budgets", "policies", "providers", "teams", "prompts",
@@ -305,3 +305,46 @@ def test_every_page_is_small(page):
         page.goto("/console/" + p)
         page.wait_for_load_state("networkidle")
         assert 0 < sum(sizes) <= 300 * 1024, f"/console/{p}: {sum(sizes)} bytes"
+
+
+def test_developer_sees_what_the_api_lets_it_see(page):
+    """A developer key's console: the Receipts page lists what `GET /v1/receipts` answers that
+    key, a receipt it may not read (another tenant's) opened by URL is the API's 404 inside the
+    layout, no page shows a control the key may not use, and Keys shows its own key only."""
+    dev = api("POST", "/v1/keys", body={"label": "scoped developer", "role": "developer"})
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "mine"}]}
+    status, headers, body = call(GATEWAY, "POST", "/v1/chat/completions", dev["key"], chat)
+    assert status == 200, body
+    mine = headers["x-tollgate-receipt-id"]
+    _, headers, _ = call(GATEWAY, "POST", "/v1/chat/completions", OTHER_TENANT_KEY, chat)
+    theirs = headers["x-tollgate-receipt-id"]
+    sign_in(page, dev["key"])
+    assert page.locator("#role").inner_text() == "developer"
+    page.goto("/console/receipts?kind=model_call")
+    links = page.locator("#receipts tbody a[href^='/console/receipts/']")
+    listed = [links.nth(i).get_attribute("href").rsplit("/", 1)[1] for i in range(links.count())]
+    answered = api("GET", "/v1/receipts?kind=model_call&limit=50", key=dev["key"])["receipts"]
+    assert listed == [r["receiptId"] for r in answered]
+    assert mine in listed and theirs not in listed
+    # Opened by URL: the API's 404, as a page of the console (not a blank one).
+    answer = page.goto(f"/console/receipts/{theirs}")
+    assert answer.status == 404
+    assert "receipt not found" in page.locator("#message").inner_text()
+    assert page.locator("nav[aria-label=Sections]").count() == 1 and page.locator("#sign-out").count() == 1
+    shot(page, "developer-404")
+    # Only the forms a developer may use: sign-out, a budget request, a playground run.
+    usable = {"/console/sign-out", "/console/budgets/requests", "/console/prompts/run"}
+    for p in PAGES:
+        page.goto("/console/" + p)
+        forms = page.locator("form[method=post]")
+        actions = {forms.nth(i).get_attribute("action") for i in range(forms.count())}
+        assert actions <= usable, f"/console/{p}: {actions - usable}"
+    # Keys: what `GET /v1/keys` answers a developer, its own key alone.
+    page.goto("/console/keys")
+    rows = page.locator("#keys tbody tr")
+    shown = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    assert shown == [k["id"] for k in api("GET", "/v1/keys?limit=200", key=dev["key"])["data"]] == [dev["id"]]
+    token = page.locator("input[name=_csrf]").first.input_value()
+    r = page.request.post(CONSOLE + "/console/keys", form={"_csrf": token, "label": "by a developer"},
+                          headers={"Origin": CONSOLE})
+    assert r.status == 403, r.text()

@@ -225,8 +225,15 @@ impl Gateway {
                 return false;
             }
             if TcpStream::connect(self.mgmt).is_ok() && TcpStream::connect(self.gw).is_ok() {
-                let r = http::request(self.mgmt, "GET", "/status", &[], b"");
-                if r.status == 200 {
+                // Over TLS (`TOLLGATE_TLS_CERT_FILE`) this plain client cannot ask `/status`: the
+                // child listening on all three ports is the sign then (a port taken by another
+                // server runs the wait out, and the next attempt takes fresh ports).
+                if self.env.iter().any(|(k, v)| k == "TOLLGATE_TLS_CERT_FILE" && !v.is_empty()) {
+                    let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                    if [self.gw, self.mgmt, self.metrics].iter().all(|a| listens_on(pid, a.port())) {
+                        return true;
+                    }
+                } else if http::request(self.mgmt, "GET", "/status", &[], b"").status == 200 {
                     // A port picked by free_port() can be taken by a server of a parallel test
                     // before ours binds it; then the answers come from that server. Only ports
                     // this child listens on count.

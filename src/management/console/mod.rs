@@ -12,6 +12,7 @@ mod oidc;
 mod pages;
 mod render;
 mod request;
+mod run_key;
 mod session;
 
 use http::Method;
@@ -65,13 +66,13 @@ impl Console {
         }
         match (&req.method, segs.as_slice()) {
             (&Method::GET, ["sign-in"]) => return sign_in_form(app, &req, None, 200),
-            (&Method::POST, ["sign-in"]) => return self.sign_in(app, &req).await,
+            (&Method::POST, ["sign-in"]) => return self.sign_in(app, api, &req).await,
             (&Method::GET, ["auth", "start"]) => return self.sso_start(app, &req).await,
-            (&Method::GET, ["auth", "callback"]) => return self.sso_finish(app, &req).await,
+            (&Method::GET, ["auth", "callback"]) => return self.sso_finish(app, api, &req).await,
             _ => {}
         }
         let resumed = match cookie(&req.cookie, COOKIE) {
-            Some(id) => session::resume(app, &id).await.map(|s| s.map(|s| (id, s))),
+            Some(id) => session::resume(app, api, &id).await.map(|s| s.map(|s| (id, s))),
             None => Ok(None),
         };
         match resumed {
@@ -81,7 +82,7 @@ impl Console {
         }
     }
 
-    async fn sign_in(&self, app: &App, req: &Request) -> Reply {
+    async fn sign_in(&self, app: &App, api: &dyn Api, req: &Request) -> Reply {
         let form = parse_query(Some(&String::from_utf8_lossy(&req.body)));
         let field = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.trim().to_string()).unwrap_or_default();
         let pre = cookie(&req.cookie, PRE_COOKIE).unwrap_or_default();
@@ -104,7 +105,7 @@ impl Console {
             self.limiter.failed(req.client);
             return sign_in_form(app, req, Some("That key is not valid (revoked, expired or mistyped).".into()), 401);
         };
-        match session::open(app, Who::Key(key, field("key"))).await {
+        match session::open(app, api, Who::Key(key, field("key"))).await {
             Ok((id, _)) => redirect("/console/", vec![set_cookie(COOKIE, &id, None, secure(app)), clear_pre(app)]),
             Err(e) => message(e.status(), "Error", &e.message),
         }
@@ -122,7 +123,7 @@ impl Console {
 
     /// The identity provider's answer: a verified identity becomes a session (its cookie is
     /// `Strict`, so the browser goes on to the console from a page of ours, not by redirect).
-    async fn sso_finish(&self, app: &App, req: &Request) -> Reply {
+    async fn sso_finish(&self, app: &App, api: &dyn Api, req: &Request) -> Reply {
         let Some(sso) = &self.sso else { return message(404, "Not found", "Single sign-on is not configured.") };
         if let Some(err) = req.query("error") {
             let why = req.query("error_description").unwrap_or(err);
@@ -142,7 +143,7 @@ impl Console {
             Err(e) => return message(500, "Error", &e.to_string()),
         };
         let (subject, role) = (who.subject.clone(), who.role.clone());
-        match session::open(app, Who::Sso { tenant, subject: who.subject, role: who.role }).await {
+        match session::open(app, api, Who::Sso { tenant, subject: who.subject, role: who.role }).await {
             Ok((id, _)) => {
                 let cookies = vec![set_cookie(COOKIE, &id, None, secure(app)), flow_cookie(app, "", 0)];
                 page(200, "sso_done.html", json!({"subject": subject, "role": role}), cookies)
@@ -172,10 +173,18 @@ async fn signed_in(app: &App, api: &dyn Api, req: &Request, id: &str, s: &Sessio
             return message(403, "Refused", "This form carried no valid CSRF token; reload the page and try again.");
         }
         if req.path.len() == 1 && req.path[0] == "sign-out" {
-            if let Err(e) = session::end(app, id).await {
+            if let Err(e) = session::end(app, api, id).await {
                 return message(e.status(), "Error", &e.message);
             }
             return redirect("/console/sign-in", vec![set_cookie(COOKIE, "", Some(0), secure(app))]);
+        }
+        if req.path == ["prompts", "run"] && s.row.key_hash.is_none() {
+            // A run goes through the gateway, with the SSO session's own key (made now if needed).
+            let runner = match run_key::caller(app, api, &s.row).await {
+                Ok(caller) => Session { row: s.row.clone(), caller },
+                Err(e) => return pages::notice(&pages::Ctx { api, s, req, form }, &e),
+            };
+            return pages::post(&pages::Ctx { api, s: &runner, req, form }).await;
         }
         let ctx = pages::Ctx { api, s, req, form };
         return pages::post(&ctx).await;
@@ -184,7 +193,6 @@ async fn signed_in(app: &App, api: &dyn Api, req: &Request, id: &str, s: &Sessio
     pages::get(&ctx).await
 }
 
-/// Whether the management listener serves TLS (then cookies are `Secure`).
 /// The tenant an ID token's tenant claim names: a tenant id, else a tenant name (API.md "Console").
 async fn tenant_of_claim(app: &App, claim: &str) -> Result<Option<String>, crate::store::StoreError> {
     if crate::store::tenants::exists(&app.store, claim).await? {
@@ -193,6 +201,7 @@ async fn tenant_of_claim(app: &App, claim: &str) -> Result<Option<String>, crate
     Ok(crate::store::tenants::by_name(&app.store, claim).await?.map(|t| t.id))
 }
 
+/// Whether the management listener serves TLS (then cookies are `Secure`).
 fn secure(app: &App) -> bool {
     !app.config.listen.tls_cert_file.is_empty()
 }
@@ -221,6 +230,12 @@ fn sign_in_form(app: &App, req: &Request, error: Option<String>, status: u16) ->
     let sso = app.config.console.oidc.is_some();
     let ctx = json!({"csrf": token, "error": error, "sso": sso, "next": req.query("next")});
     page(status, "sign_in.html", ctx, vec![set_cookie(PRE_COOKIE, &token, Some(600), secure(app))])
+}
+
+/// Ends the expired sessions, revoking their own keys (the listener's periodic sweep; each
+/// sign-in sweeps too).
+pub async fn sweep(app: &App, api: &dyn Api) -> Result<(), ApiError> {
+    run_key::sweep(app, api).await
 }
 
 /// An error met before the console could look at the request (a body too large).

@@ -35,10 +35,12 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("budgets.html", include_str!("templates/budgets.html")),
     ("policies.html", include_str!("templates/policies.html")),
     ("policy.html", include_str!("templates/policy.html")),
+    ("policy_check.html", include_str!("templates/policy_check.html")),
     ("providers.html", include_str!("templates/providers.html")),
     ("teams.html", include_str!("templates/teams.html")),
     ("prompts.html", include_str!("templates/prompts.html")),
     ("webhooks.html", include_str!("templates/webhooks.html")),
+    ("deliveries.html", include_str!("templates/deliveries.html")),
     ("tool_servers.html", include_str!("templates/tool_servers.html")),
 ];
 

@@ -1,18 +1,20 @@
 //! Console sessions: a random 256-bit id in an `HttpOnly; SameSite=Strict` cookie, kept in the
 //! store only as its SHA-256, with a CSRF token of its own, ended 12 h after sign-in or 30 min
-//! after its last request (config `console`), at sign-out, or when its key is revoked.
+//! after its last request (config `console`), at sign-out, or when its key is revoked. A single
+//! sign-on session's own key ([`run_key`]) is revoked whenever the session ends.
 
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use super::super::handler::Caller;
+use super::api::Api;
+use super::run_key;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::secrets::Secret;
-use crate::snapshot::{KeyEntry, KeyState};
+use crate::snapshot::KeyEntry;
 use crate::store::console_sessions::{self, SessionRow};
-use crate::store::keys::KeyRecord;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "tollgate_console";
@@ -73,7 +75,7 @@ fn now_ms() -> i64 {
 }
 
 /// Opens a session for `who`; returns the cookie's id (shown to nobody else, stored hashed).
-pub async fn open(app: &App, who: Who) -> Result<(String, SessionRow), ApiError> {
+pub async fn open(app: &App, api: &dyn Api, who: Who) -> Result<(String, SessionRow), ApiError> {
     let id = token();
     let id_hash = hash(&id);
     let (tenant_id, key_hash, key_sealed, subject, role) = match who {
@@ -95,27 +97,27 @@ pub async fn open(app: &App, who: Who) -> Result<(String, SessionRow), ApiError>
         csrf: token(),
         created_ms: now,
         seen_ms: now,
+        run_key_id: None,
+        run_key_sealed: None,
     };
-    // Sessions that ended by expiry without a last request are removed here, at each sign-in.
-    let cfg = &app.config.console;
-    let (oldest, idlest) = (now - (cfg.session_hours * 3_600_000) as i64, now - (cfg.idle_minutes * 60_000) as i64);
-    console_sessions::sweep(&app.store, oldest, idlest).await?;
+    // Sessions that ended by expiry without a last request are ended here too, at each sign-in
+    // (and by the listener's periodic sweep).
+    run_key::sweep(app, api).await?;
     console_sessions::insert(&app.store, row.clone()).await?;
     Ok((id, row))
 }
 
 /// The live session behind cookie value `id`, or None (unknown, expired, or its key revoked:
-/// then the row is deleted too).
-pub async fn resume(app: &App, id: &str) -> Result<Option<Session>, ApiError> {
+/// then the session is ended too, its own key revoked).
+pub async fn resume(app: &App, api: &dyn Api, id: &str) -> Result<Option<Session>, ApiError> {
     let id_hash = hash(id);
     let Some(row) = console_sessions::get(&app.store, &id_hash).await? else { return Ok(None) };
-    let cfg = &app.config.console;
     let now = now_ms();
-    let too_old = now - row.created_ms > (cfg.session_hours * 3_600_000) as i64;
-    let idle = now - row.seen_ms > (cfg.idle_minutes * 60_000) as i64;
-    let caller = if too_old || idle { None } else { caller_of(app, &row) };
+    let (oldest, idlest) = run_key::limits(app, now);
+    let expired = row.created_ms < oldest || row.seen_ms < idlest;
+    let caller = if expired { None } else { caller_of(app, &row) };
     let Some(caller) = caller else {
-        console_sessions::delete(&app.store, &id_hash).await?;
+        run_key::retire(app, api, &row).await?;
         return Ok(None);
     };
     if now - row.seen_ms > TOUCH_EVERY_MS {
@@ -134,17 +136,14 @@ fn caller_of(app: &App, row: &SessionRow) -> Option<Caller> {
             let presented = app.master.decrypt(sealed, &format!("console-session:{}", row.id_hash)).ok()?;
             Some(Caller { key, presented: Secret::new(String::from_utf8(presented).ok()?) })
         }
-        _ => {
-            let id = format!("sso:{}", row.subject);
-            let record = KeyRecord { role: row.role.clone(), ..KeyRecord::fixture(&id, &row.tenant_id) };
-            let key = Arc::new(KeyEntry::new(record, Arc::new(KeyState::default())));
-            Some(Caller { key, presented: Secret::new(String::new()) })
-        }
+        _ => Some(run_key::identity(row, &row.role)),
     }
 }
 
-/// Ends a session at once.
-pub async fn end(app: &App, id: &str) -> Result<(), ApiError> {
-    console_sessions::delete(&app.store, &hash(id)).await?;
-    Ok(())
+/// Ends a session at once (sign-out), its own key revoked.
+pub async fn end(app: &App, api: &dyn Api, id: &str) -> Result<(), ApiError> {
+    match console_sessions::get(&app.store, &hash(id)).await? {
+        Some(row) => run_key::retire(app, api, &row).await,
+        None => Ok(()),
+    }
 }

@@ -22,7 +22,13 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// A posted field, trimmed ("" when absent).
     pub fn field(&self, name: &str) -> &str {
-        self.form.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim()).unwrap_or("")
+        self.raw(name).trim()
+    }
+
+    /// A posted field as typed: a policy's YAML keeps its leading lines and indentation, so the
+    /// line and column of an error are where the editor shows them.
+    pub fn raw(&self, name: &str) -> &str {
+        self.form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or("")
     }
 
     pub async fn get(&self, path: &str, query: &[(String, String)]) -> Result<Value, ApiError> {

@@ -9,11 +9,11 @@ mod overview;
 mod policies;
 mod receipts;
 mod resources;
+mod webhooks;
 
 use super::render::message;
 use crate::management::handler::Reply;
-use ctx::notice;
-pub use ctx::Ctx;
+pub use ctx::{notice, Ctx};
 
 /// GET pages.
 pub async fn get(c: &Ctx<'_>) -> Reply {
@@ -30,6 +30,7 @@ pub async fn get(c: &Ctx<'_>) -> Reply {
         ["budgets"] => money::page(c, None).await,
         ["policies"] => policies::list(c, None).await,
         ["policies", id] => policies::one(c, id, None).await,
+        ["webhooks", id] => webhooks::deliveries(c, id).await,
         [name] => resources::page(c, name, None).await,
         _ => return message(404, "Not found", "There is no such page in the console."),
     };
@@ -46,6 +47,7 @@ pub async fn post(c: &Ctx<'_>) -> Reply {
         ["budgets", "requests"] => money::request(c).await,
         ["budgets", "requests", id, verb] => money::decide(c, id, verb).await,
         ["policies"] => policies::create(c).await,
+        ["policies", "validate"] => policies::check(c).await,
         ["policies", id] => policies::save(c, id).await,
         [name, rest @ ..] => resources::post(c, name, rest).await,
         _ => return message(404, "Not found", "There is no such form in the console."),

@@ -6,7 +6,7 @@ use http::Method;
 use serde_json::{json, Map, Value};
 
 use super::ctx::{done, form_error, Ctx};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::management::handler::Reply;
 
 /// A console section: its list route, its template.
@@ -91,6 +91,10 @@ pub async fn post(c: &Ctx<'_>, name: &str, rest: &[&str]) -> Result<Reply, ApiEr
         Ok(_) => done(&format!("/console/{name}")),
         Err(e) if matches!(e.status(), 400 | 404 | 409 | 422 | 502 | 503) => {
             page(c, name, Some(json!({"error": form_error(&e)}))).await
+        }
+        // The API's refusal of an auditor's run (recorded as `deny`), said plainly.
+        Err(e) if e.status() == 403 && rest == ["run"] && c.s.row.role == "auditor" => {
+            Err(ApiError::new(ErrorKind::Forbidden, format!("auditors cannot run prompts ({})", e.message)))
         }
         Err(e) => Err(e),
     }
