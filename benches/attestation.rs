@@ -70,6 +70,7 @@ fn draft(i: u64) -> Draft {
         outbox: Vec::new(),
         attempts: Vec::new(),
         subject: None,
+        latency_us: None,
         key_id: "01a204c8-7a19-7530-9164-000000000001".into(),
     }
 }

@@ -48,6 +48,7 @@ fn draft(tenant: &str, i: u64) -> Draft {
         events: Vec::new(),
         outbox: Vec::new(),
         subject: None,
+        latency_us: None,
         attempts: Vec::new(),
         key_id: "01a204c8-7a19-7530-9164-000000000001".into(),
     }

@@ -505,6 +505,7 @@ fn packed_pages_decode_exactly_like_rows() {
                     outbox: Vec::new(),
                     attempts: Vec::new(),
                     subject: None,
+                    latency_us: None,
                     key_id: "k".into(),
                 })
                 .collect();

@@ -141,6 +141,7 @@ fn seed_receipts(g: &support::Gateway, n: u64) {
         events: Vec::new(),
         outbox: Vec::new(),
         subject: None,
+        latency_us: None,
         attempts: Vec::new(),
         key_id: "seeded-key".into(),
     };

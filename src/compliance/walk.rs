@@ -487,6 +487,7 @@ mod tests {
                     key_id: s.key_id.clone(),
                     kind: "model_call".into(),
                     pack_version: if seq > 5 { "ps-b".into() } else { "ps-a".into() },
+                    latency_us: None,
                     pruned: false,
                 }
             })

@@ -19,6 +19,7 @@ use crate::providers::Route;
 
 /// Everything one request learns on its way through, read again in `logging`.
 pub struct Ctx {
+    /// When the request reached the gateway: its metrics duration and its receipt's latency.
     pub(super) started: Instant,
     pub(super) snap: Arc<Snapshot>,
     pub(super) request_id: String,
@@ -121,6 +122,10 @@ impl Ctx {
             outbox: Vec::new(),
             attempts: std::mem::take(&mut self.attempts),
             subject: None,
+            // Drafted once the answer is complete but for its ending, which waits for this
+            // receipt's commit: the request's own time, not the receipt writer's. The clock
+            // read at request start is reused; this is the one more read.
+            latency_us: Some(self.started.elapsed().as_micros().min(u128::from(u64::MAX)) as u64),
         })
     }
 }

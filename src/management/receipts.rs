@@ -117,6 +117,15 @@ pub(super) struct ReceiptEntry<'a> {
     /// Only on `admin` receipts: the resource acted on (signed).
     #[serde(skip_serializing_if = "Option::is_none")]
     subject: Option<&'a str>,
+    /// Milliseconds from the request reaching the gateway to the end of its answer (not
+    /// signed); null when unknown (admin receipts, receipts older than the field).
+    #[schema(minimum = 0)]
+    latency_ms: Option<f64>,
+}
+
+/// A receipt's `latencyMs`: its stored microseconds in milliseconds (three decimals, exact).
+pub(super) fn latency_ms(r: &StoredReceipt) -> Option<f64> {
+    r.latency_us.map(|us| us as f64 / 1000.0)
 }
 
 pub(super) fn list_entry(r: &StoredReceipt) -> ReceiptEntry<'_> {
@@ -136,6 +145,7 @@ pub(super) fn list_entry(r: &StoredReceipt) -> ReceiptEntry<'_> {
         ts: &c.ts,
         kind: &r.kind,
         subject: c.subject.as_deref(),
+        latency_ms: latency_ms(r),
     }
 }
 
@@ -214,6 +224,10 @@ pub(super) struct FullReceipt<'a> {
     receipt_pack_version: &'a str,
     /// Whether the signature and hash verify now against the signing-key registry.
     verified: bool,
+    /// Milliseconds from the request reaching the gateway to the end of its answer (not
+    /// signed); null when unknown (admin receipts, receipts older than the field).
+    #[schema(minimum = 0)]
+    latency_ms: Option<f64>,
     /// A routed request's upstream tries, in order (not signed; absent without a route).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<AttemptView>)]
@@ -267,6 +281,7 @@ pub async fn get(app: &App, caller: &Caller, id: &str) -> Handled {
             kind: &r.kind,
             receipt_pack_version: &r.pack_version,
             verified,
+            latency_ms: latency_ms(&r),
             attempts,
         },
     ))

@@ -124,6 +124,7 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/v1/audit-events", Keyed(|c| Box::pin(audit_events::list(c.app, c.caller, c.req)))),
     r("GET", "/v1/anomalies", Keyed(|c| Box::pin(analytics::anomalies(c.app, c.caller, c.req)))),
     r("GET", "/v1/cache", Keyed(|c| Box::pin(analytics::cache(c.app, c.caller, c.req)))),
+    r("GET", "/v1/latency", Keyed(|c| Box::pin(analytics::latency(c.app, c.caller, c.req)))),
     r("GET", "/v1/team/teams", Keyed(|c| Box::pin(teams::list(c.app, c.caller, c.req)))),
     r("POST", "/v1/team/teams", Keyed(|c| Box::pin(teams::create(c.app, c.caller, c.req)))),
     r("GET", "/v1/team/teams/{id}", Keyed(|c| Box::pin(teams::get(c.app, c.caller, c.params[0])))),
@@ -235,7 +236,7 @@ pub const ROUTES: &[Route] = &[
 /// The paths an auditor key may `GET` (docs/log.md §8): receipts, the log, compliance
 /// evidence, analytics and audit events. Everything else answers it 403.
 const AUDITOR_READS: &[&str] =
-    &["/v1/receipts", "/v1/log/", "/v1/compliance/", "/v1/anomalies", "/v1/cache", "/v1/audit-events"];
+    &["/v1/receipts", "/v1/log/", "/v1/compliance/", "/v1/anomalies", "/v1/cache", "/v1/latency", "/v1/audit-events"];
 
 /// Whether an auditor key may call `route`.
 pub fn auditor_may(route: &Route) -> bool {

@@ -60,6 +60,7 @@ impl Entry {
             outbox: Vec::new(),
             attempts: Vec::new(),
             subject: None,
+            latency_us: None,
         };
         Entry { draft, signer }
     }

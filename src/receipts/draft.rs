@@ -39,6 +39,10 @@ pub struct Draft {
     pub attempts: Vec<Attempt>,
     /// The signed `subject` of an `admin` receipt (docs/log.md §8); None on every other kind.
     pub subject: Option<String>,
+    /// Microseconds from the request reaching the gateway to the end of its answer, stored
+    /// beside the receipt (not signed; docs/decisions/receipts.md). None where there is no
+    /// request to time (`admin` receipts).
+    pub latency_us: Option<u64>,
 }
 
 /// One upstream try of a routed request.

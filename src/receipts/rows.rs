@@ -74,8 +74,8 @@ type ColumnValue = for<'a> fn(&mut Binder<'a>, &seal::Row<'a>) -> Value;
 
 /// Each `receipts` column's value for a sealed row, in the store's column order (the build
 /// fails if the names differ from `RECEIPT_COLUMNS`).
-const COLUMN_VALUES: [(&str, ColumnValue); 25] = {
-    use Value::{Int, Real, Static, Text};
+const COLUMN_VALUES: [(&str, ColumnValue); 26] = {
+    use Value::{Int, Null, Real, Static, Text};
     [
         ("tenant_id", |_, r| Text(r.draft.tenant_id.clone())),
         ("seq", |_, r| Int(r.seq as i64)),
@@ -105,6 +105,7 @@ const COLUMN_VALUES: [(&str, ColumnValue); 25] = {
             Some(s) => Text(s.as_str().into()),
             None => Static(""),
         }),
+        ("latency_us", |_, r| r.draft.latency_us.map_or(Null, |us| Int(us.min(i64::MAX as u64) as i64))),
     ]
 };
 

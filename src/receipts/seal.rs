@@ -205,6 +205,7 @@ mod tests {
             outbox: Vec::new(),
             attempts: Vec::new(),
             subject: None,
+            latency_us: None,
             key_id: "key-1".into(),
         }
     }

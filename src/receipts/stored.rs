@@ -15,6 +15,9 @@ pub struct StoredReceipt {
     pub key_id: String,
     pub kind: String,
     pub pack_version: String,
+    /// Microseconds from the request reaching the gateway to the end of its answer (not
+    /// signed); None when unknown.
+    pub latency_us: Option<u64>,
     /// Its contents were deleted by a retention sweep (docs/log.md §7): only `seq`, `receiptId`,
     /// `tenantId` and `thisHash` are left; every other member is empty or zero.
     pub pruned: bool,
@@ -48,6 +51,7 @@ impl StoredReceipt {
             key_id: row.key_id.into(),
             kind: row.kind.into(),
             pack_version: row.pack_version.into(),
+            latency_us: row.latency_us,
             pruned: row.pruned,
         }
     }

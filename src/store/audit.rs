@@ -161,6 +161,7 @@ async fn append_admin(tx: &mut WriteTx, backend: Backend, record: Record) -> Res
             receipts::Value::Real(v) => q.bind(*v),
             receipts::Value::Text(v) => q.bind(v.to_string()),
             receipts::Value::Static(v) => q.bind(v.to_string()),
+            receipts::Value::Null => q.bind(None::<i64>),
         };
     }
     q.execute(&mut **tx).await?;

@@ -78,6 +78,9 @@ pub struct ReceiptRow<S> {
     pub pack_version: S,
     /// The resource an `admin` receipt records an action on (docs/log.md §8); `""` on others.
     pub subject: S,
+    /// Microseconds from the request reaching the gateway to the end of its answer (not signed);
+    /// None when unknown.
+    pub latency_us: Option<u64>,
     /// Emptied by a retention sweep (`pruned_at` set): only `tenant_id`, `seq`, `receipt_id` and
     /// `this_hash` hold their values (`store::retention`).
     pub pruned: bool,
@@ -86,10 +89,11 @@ pub struct ReceiptRow<S> {
 /// The columns of `receipts`, in the order a [`Record`] holds their values, the append binds
 /// them and a packed page carries them. Every column list (insert, select, packed page) is
 /// derived from this one table; the receipt domain builds a record's values in its order.
-pub const RECEIPT_COLUMNS: [Column; 25] = {
+pub const RECEIPT_COLUMNS: [Column; 26] = {
     const NUMBER: Read = Read::Page(Field::Number);
     const REAL: Read = Read::Page(Field::Real);
     const TEXT: Read = Read::Page(Field::Text);
+    const MAYBE_NUMBER: Read = Read::Page(Field::MaybeNumber);
     [
         col("tenant_id", Read::Row),
         col("seq", NUMBER),
@@ -117,6 +121,9 @@ pub const RECEIPT_COLUMNS: [Column; 25] = {
         col("saved_usd", Read::No),
         // Signed only on `admin` receipts (docs/receipts.md §1); `""` on every other.
         col("subject", TEXT),
+        // Unsigned and nullable (migration 0018). In packed pages too, though no chain walk
+        // reads it (a few bytes a row): a stored receipt reads the same whichever way it came.
+        col("latency_us", MAYBE_NUMBER),
     ]
 };
 
@@ -147,6 +154,8 @@ enum Read {
 enum Field {
     /// Decimal text and a `;`.
     Number,
+    /// Decimal text, or nothing for NULL (`concat` takes NULL as ''), and a `;`.
+    MaybeNumber,
     /// Text that converts back to the same `f64`, and a `;` (SQLite's `quote()` falls back to
     /// 20 digits when 15 do not round-trip; PostgreSQL prints the shortest exact form), so
     /// every recomputed hash sees the stored value.
@@ -191,6 +200,7 @@ fn from_row(r: &AnyRow) -> Result<ReceiptRow<String>, sqlx::Error> {
         kind: r.try_get("kind")?,
         pack_version: r.try_get("receipt_pack_version")?,
         subject: r.try_get("subject")?,
+        latency_us: r.try_get::<Option<i64>, _>("latency_us")?.map(|v| v.max(0) as u64),
         pruned: r.try_get::<Option<String>, _>("pruned_at")?.is_some(),
     })
 }
@@ -257,6 +267,7 @@ where
     Arc<str>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     String: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     f64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     &'static str: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Vec<u8>: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
@@ -400,6 +411,7 @@ where
     DB: sqlx::Database,
     Arc<str>: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
     i64: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
     f64: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
     &'static str: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
 {
@@ -408,6 +420,8 @@ where
         Value::Real(v) => q.bind(*v),
         Value::Text(v) => q.bind(v.clone()),
         Value::Static(v) => q.bind(*v),
+        // The only nullable column appended is an integer (`latency_us`).
+        Value::Null => q.bind(None::<i64>),
     }
 }
 
@@ -712,10 +726,14 @@ impl Record {
     }
 
     /// A record as an earlier version journaled it, in today's shape: lines written before the
-    /// `subject` column (migration 0014, its last column) lack its `""`.
+    /// `subject` column (migration 0014) lack its `""` and the `latency_us` after it; lines
+    /// written before `latency_us` (migration 0018, the last column) lack only that, unknown.
     pub fn upgraded(mut self) -> Record {
-        if self.row.len() == RECEIPT_COLUMNS.len() - 1 {
+        if self.row.len() == RECEIPT_COLUMNS.len() - 2 {
             self.row.push(Value::Static(""));
+        }
+        if self.row.len() == RECEIPT_COLUMNS.len() - 1 {
+            self.row.push(Value::Null);
         }
         self
     }
@@ -989,7 +1007,7 @@ fn packed_row(backend: Backend) -> String {
         .map(|(col, field)| match (field, backend) {
             (Field::Real, Backend::Sqlite) => format!("quote({col}), ';'"),
             (Field::Real, Backend::Postgres) => format!("{col}::text, ';'"),
-            (Field::Number, _) => format!("{col}, ';'"),
+            (Field::Number | Field::MaybeNumber, _) => format!("{col}, ';'"),
             (Field::Text, _) => format!("octet_length({col}), ':', {col}"),
         })
         .chain(["CASE WHEN pruned_at IS NULL THEN '0' ELSE '1' END, ';'".to_string()])
@@ -1069,6 +1087,13 @@ impl<'a> Unpacker<'a> {
         n.parse::<u64>().map_err(|_| self.bad("bad integer"))
     }
 
+    fn maybe_int(&mut self) -> Result<Option<u64>, StoreError> {
+        match self.number()? {
+            "" => Ok(None),
+            n => n.parse::<u64>().map(Some).map_err(|_| self.bad("bad integer")),
+        }
+    }
+
     fn real(&mut self) -> Result<f64, StoreError> {
         let n = self.number()?;
         n.trim().parse().map_err(|_| self.bad("bad cost_usd"))
@@ -1103,6 +1128,7 @@ pub fn unpack_rows<'a>(tenant_id: &'a str, page: &'a str) -> Result<Vec<ReceiptR
             kind: u.text()?,
             pack_version: u.text()?,
             subject: u.text()?,
+            latency_us: u.maybe_int()?,
             pruned: u.int()? != 0,
             tenant_id,
         });
@@ -1223,6 +1249,35 @@ pub(crate) mod tests {
     use crate::receipts::stored::{by_id, page, seq_range, unpack};
     use crate::receipts::Draft;
 
+    /// Journal lines of earlier versions: before `latency_us` (one value short: unknown) and
+    /// before `subject` too (two short); a latency and its null survive the JSON round trip.
+    #[test]
+    fn journal_lines_of_earlier_versions_read_in_todays_shape() {
+        let signer = Signer::from_seed(&[7u8; 32]);
+        let drafts = [draft("t", 1), draft("t", 13)];
+        let batch = Batch::new(&drafts);
+        let records = crate::receipts::rows::records(&batch.seal(vec![Head::genesis()], &signer), &signer.key_id);
+        let last = RECEIPT_COLUMNS.len() - 1;
+        assert_eq!(records[0].row[last], Value::Int(1037));
+        assert_eq!(records[1].row[last], Value::Null, "an admin receipt's latency is unknown");
+        for r in &records {
+            let line = serde_json::to_string(r).unwrap();
+            assert_eq!(&serde_json::from_str::<Record>(&line).unwrap().upgraded(), r, "today's line as it is");
+            let mut old: serde_json::Value = serde_json::from_str(&line).unwrap();
+            old["r"].as_array_mut().unwrap().pop();
+            let before_0018: Record = serde_json::from_value(old.clone()).unwrap();
+            assert!(!before_0018.well_formed());
+            let upgraded = before_0018.upgraded();
+            assert!(upgraded.well_formed());
+            assert_eq!(upgraded.row[last], Value::Null);
+            assert_eq!(upgraded.row[..last], r.row[..last]);
+            old["r"].as_array_mut().unwrap().pop();
+            let before_0014 = serde_json::from_value::<Record>(old).unwrap().upgraded();
+            assert!(before_0014.well_formed());
+            assert_eq!((&before_0014.row[last - 1], &before_0014.row[last]), (&Value::Static(""), &Value::Null));
+        }
+    }
+
     #[test]
     fn batches_are_cut_into_the_few_cached_statement_sizes() {
         for n in 0..600usize {
@@ -1273,6 +1328,8 @@ pub(crate) mod tests {
                 Vec::new()
             },
             subject: i.is_multiple_of(13).then(|| format!("policy-{i}")),
+            // Unknown on admin receipts, as the gateway leaves it.
+            latency_us: (!i.is_multiple_of(13)).then_some(1000 + 37 * i as u64),
             attempts: match i.is_multiple_of(3) {
                 true => vec![crate::receipts::Attempt {
                     provider: "openai",
@@ -1400,6 +1457,7 @@ pub(crate) mod tests {
                     assert_eq!(stored.key_id, signer.key_id);
                     assert_eq!(stored.kind, row.draft.kind.as_str());
                     assert_eq!(stored.pack_version, row.draft.pack_version);
+                    assert_eq!(stored.latency_us, row.draft.latency_us, "seq {}: latency, or its null", row.seq);
                     assert_eq!(by_id(&store, t, &row.draft.receipt_id).await.unwrap().as_ref(), Some(stored));
                 }
                 assert_eq!(head_seq(&store, t).await.unwrap(), chain.head.seq);

@@ -167,7 +167,7 @@ const PRUNABLE: &str = "receipts.tenant_id = $1 AND receipts.seq >= $2 AND recei
 const EMPTIED: &str = "v = 0, request_id = '', actor = '', provider = '', model = '', prompt_tokens = 0, \
      completion_tokens = 0, cost_usd = 0, checks = '[]', check_names = '', upstream_status = '', ts = '', \
      prev_hash = '', signature = '', key_id = '', kind = '', receipt_pack_version = '', cache_result = '', \
-     saved_tokens = 0, saved_usd = 0";
+     saved_tokens = 0, saved_usd = 0, latency_us = NULL";
 
 /// The lowest and highest seq of the tenant's kept receipts older than `cutoff` (receipt ts
 /// form), held ones included: the range a sweep walks in windows.

@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 /// A column value as bound. In the receipt journal a value is its JSON number or string (an
 /// integer reads back as `Int`, a number with a fraction or exponent as `Real`: serde_json writes
-/// every `f64` with one, and reads it back exactly).
+/// every `f64` with one, and reads it back exactly; `Null` is `null`).
 #[derive(Debug, Clone)]
 pub enum Value {
     Int(i64),
     Real(f64),
     Text(Arc<str>),
     Static(&'static str),
+    /// SQL NULL: an unknown value of a nullable column (`latency_us`).
+    Null,
 }
 impl PartialEq for Value {
     fn eq(&self, other: &Value) -> bool {
@@ -19,6 +21,7 @@ impl PartialEq for Value {
             (Value::Int(a), Value::Int(b)) => a == b,
             (Value::Real(a), Value::Real(b)) => a.to_bits() == b.to_bits(),
             (Value::Text(_) | Value::Static(_), Value::Text(_) | Value::Static(_)) => self.as_text() == other.as_text(),
+            (Value::Null, Value::Null) => true,
             _ => false,
         }
     }
@@ -41,6 +44,7 @@ impl serde::Serialize for Value {
             Value::Real(v) => s.serialize_f64(*v),
             Value::Text(v) => s.serialize_str(v),
             Value::Static(v) => s.serialize_str(v),
+            Value::Null => s.serialize_unit(),
         }
     }
 }
@@ -51,7 +55,7 @@ impl<'de> serde::Deserialize<'de> for Value {
         impl serde::de::Visitor<'_> for Visit {
             type Value = Value;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a number or a string")
+                f.write_str("a number, a string or null")
             }
             fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
                 Ok(Value::Int(v))
@@ -64,6 +68,9 @@ impl<'de> serde::Deserialize<'de> for Value {
             }
             fn visit_str<E>(self, v: &str) -> Result<Value, E> {
                 Ok(Value::Text(v.into()))
+            }
+            fn visit_unit<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
             }
         }
         d.deserialize_any(Visit)
@@ -78,6 +85,7 @@ impl rusqlite::ToSql for Value {
             Value::Real(v) => ToSqlOutput::Borrowed(ValueRef::Real(*v)),
             Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
             Value::Static(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
         })
     }
 }

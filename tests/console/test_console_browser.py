@@ -113,6 +113,31 @@ def test_receipt_filters_update_the_list(page):
     assert not page.dialogs
 
 
+def test_overview_shows_latency_percentiles(page):
+    """The Overview's p50 and p99 are `GET /v1/latency`'s for its window, and its chart has a
+    p50 and a p99 bar per model. Calls of two known delays (the stand-in's `DELAY:`) make them
+    differ."""
+    for i, ms in enumerate([40, 40, 40, 300]):
+        status, _, body = call(GATEWAY, "POST", "/v1/chat/completions", MANAGER,
+                               {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"DELAY:{ms} overview {i}"}]})
+        assert status == 200, body
+    sign_in(page)
+    page.goto("/console/?window=hour")
+    frm = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    want = api("GET", f"/v1/latency?from={frm}")
+    assert want["count"] >= 4 and want["p99Ms"] >= 300 > want["p50Ms"], want
+    shown = lambda sel: float(page.locator(sel).inner_text().removesuffix(" ms"))
+    assert abs(shown("#latency-p50") - want["p50Ms"]) <= 0.05, (page.locator("#latency").inner_text(), want)
+    assert abs(shown("#latency-p99") - want["p99Ms"]) <= 0.05, (page.locator("#latency").inner_text(), want)
+    assert int(page.locator("#latency-count").inner_text()) == want["count"]
+    chart = page.locator("#latency-chart")
+    assert chart.locator("figcaption").inner_text() == "p50 / p99 latency by model (ms)"
+    labels = chart.locator("text").all_text_contents()
+    assert any(t.startswith("gpt-4o-mini p50 ") for t in labels), labels
+    assert any(t.startswith("gpt-4o-mini p99 ") for t in labels), labels
+    shot(page, "overview")
+
+
 def test_model_name_with_script_is_text(page):
     status, headers, body = call(GATEWAY, "POST", "/v1/chat/completions", SHARED["dev"],
                                  {"model": "gpt-4o-mini" + XSS, "messages": [{"role": "user", "content": "hi"}]})

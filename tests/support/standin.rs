@@ -8,6 +8,8 @@
 //!   for [`Standin::release`] before the rest (to prove the gateway does not buffer);
 //! - a last message whose text starts with `ECHO:`: the answer text is the rest of it, and a
 //!   streamed answer sends each `|`-separated piece as its own event (to split text on purpose);
+//! - a last message whose text starts with `DELAY:<ms>` (digits, then anything): answers
+//!   normally after that many milliseconds (requests of distinct, known latencies);
 //! - a last message whose text starts with `USAGE:<n>`: a chat answer reports `n` completion
 //!   tokens (11 prompt tokens as always), to use up token limits with few requests;
 //! - a last message whose text is `CACHE:<read>,<write>`: the usage reports prompt-cache tokens
@@ -178,6 +180,9 @@ async fn serve_conn(
         }
         if model == "gpt-slow" {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        if let Some(ms) = delay_ms(&body) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
         if model == "gpt-busy" {
             let b = serde_json::to_vec(
@@ -375,6 +380,13 @@ fn anthropic_usage(cache: Option<(u64, u64)>, output_tokens: u64) -> Value {
             "cache_read_input_tokens": read, "output_tokens": output_tokens}),
         None => json!({"input_tokens": 13, "output_tokens": output_tokens}),
     }
+}
+
+/// The milliseconds of a last message `DELAY:<ms>…`.
+fn delay_ms(body: &Value) -> Option<u64> {
+    let text = last_text(body)?;
+    let digits: String = text.strip_prefix("DELAY:")?.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// The text after `ECHO:` in the last message.

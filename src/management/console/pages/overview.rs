@@ -1,6 +1,7 @@
 //! Overview: the `/status` components and, over the last hour, day or week, requests, errors
 //! by kind, spend and tokens by model and blocks by check, drawn as bar charts (SVG made here,
-//! no script). Counted from the receipt list the signed-in key may read.
+//! no script), counted from the receipt list the signed-in key may read; and the latency
+//! percentiles of `GET /v1/latency` for the same window, p50 and p99 by model as a chart.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,9 @@ use crate::management::handler::Reply;
 /// At most this many receipts are read for one overview (5 pages of 200): enough for a glance,
 /// bounded for a busy tenant; the page says when it stopped there.
 const MAX_PAGES: usize = 5;
+
+/// The latency chart shows the busiest models only (the API lists them busiest first).
+const LATENCY_MODELS: usize = 8;
 
 /// One aggregate per label.
 #[derive(Default)]
@@ -54,6 +58,33 @@ fn bars(values: &BTreeMap<String, f64>) -> Value {
         .collect()
 }
 
+/// Milliseconds as the page shows them: one decimal.
+fn ms(v: &Value) -> Option<f64> {
+    v.as_f64().map(|ms| (ms * 10.0).round() / 10.0)
+}
+
+/// The latency part of the page from a `GET /v1/latency` answer: the window's count, p50 and
+/// p99, and a p50 bar and a p99 bar per model (scaled to the largest p99, so the two compare).
+fn latency(report: &Value) -> Value {
+    let models: Vec<&Value> = report["byModel"].as_array().into_iter().flatten().take(LATENCY_MODELS).collect();
+    let max = models.iter().filter_map(|m| m["p99Ms"].as_f64()).fold(0.0_f64, f64::max);
+    let pct = |v: f64| if max > 0.0 { (v / max * 100.0).max(1.0) } else { 0.0 };
+    let mut bars = Vec::new();
+    for m in &models {
+        for (name, field, alt) in [("p50", "p50Ms", false), ("p99", "p99Ms", true)] {
+            let v = m[field].as_f64().unwrap_or(0.0);
+            let label = format!("{} {name}", m["model"].as_str().unwrap_or("?"));
+            bars.push(json!({"label": label, "value": ms(&m[field]), "pct": pct(v), "y": bars.len() * 28, "alt": alt}));
+        }
+    }
+    json!({
+        "count": report["count"].as_u64().unwrap_or(0),
+        "p50": ms(&report["p50Ms"]),
+        "p99": ms(&report["p99Ms"]),
+        "chart": {"title": "p50 / p99 latency by model", "unit": "ms", "bars": bars},
+    })
+}
+
 /// A whole count as an integer, money to six decimals.
 fn shown(v: f64) -> Value {
     if v.fract() == 0.0 && v.abs() < 9e15 {
@@ -89,8 +120,9 @@ pub async fn page(c: &Ctx<'_>) -> Result<Reply, ApiError> {
         }
     }
     let status = c.get("/status", &[]).await.unwrap_or(Value::Null);
+    let latency = latency(&c.get("/v1/latency", &[("from".to_string(), from)]).await?);
     let data = json!({
-        "window": window.0, "capped": capped, "requests": totals.requests, "status": status,
+        "window": window.0, "capped": capped, "requests": totals.requests, "status": status, "latency": latency,
         "charts": [
             {"title": "Errors by kind", "unit": "requests", "bars": bars(&totals.errors)},
             {"title": "Spend by model", "unit": "USD", "bars": bars(&totals.spend)},
