@@ -1294,6 +1294,35 @@ pub(crate) mod tests {
         }
     }
 
+    /// The applier's pace runs between two INSERT statements of one apply, never before the
+    /// first: 300 receipts are 128 + 128 + 32 + 8 + 1 × 4 rows, eight statements, seven yields.
+    #[test]
+    fn an_apply_paces_between_its_insert_statements() {
+        let dir = std::env::temp_dir().join(format!("tollgate-pace-{}", uuid::Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}", dir.join("r.db").display());
+        let file = super::super::db_runtime().block_on(async {
+            let store = Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            let file = store.sqlite_file().unwrap().to_path_buf();
+            store.close().await;
+            file
+        });
+        let signer = Signer::from_seed(&[7u8; 32]);
+        let drafts: Vec<Draft> = (0..300).map(|i| draft("t", i)).collect();
+        let records =
+            crate::receipts::rows::records(&Batch::new(&drafts).seal(vec![Head::genesis()], &signer), &signer.key_id);
+        let mut conn = rusqlite::Connection::open(&file).unwrap();
+        let tx = conn.transaction().unwrap();
+        let paces = std::cell::Cell::new(0);
+        write_records(&tx, &records, RULES, || paces.set(paces.get() + 1)).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(statement_chunks(&records).count(), 8);
+        assert_eq!(paces.get(), 7);
+        let n: i64 = conn.query_row("SELECT COUNT(*) FROM receipts", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 300, "every receipt written");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn batches_are_cut_into_the_few_cached_statement_sizes() {
         for n in 0..600usize {
