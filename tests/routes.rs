@@ -198,13 +198,26 @@ fn a_weighted_route_spreads_requests_by_weight_and_least_busy_spreads_concurrent
     assert_eq!(a + b_, 1000);
     assert!((712..=787).contains(&a), "3:1 within ±5%: {a} vs {b_}");
 
-    // Least busy: two requests in flight at once go to the two credentials.
-    let route = json!({"strategy": "least-busy", "targets": [
-        {"provider": "openai", "credential": "key-a", "model": "gpt-slow"},
-        {"provider": "openai", "credential": "key-b", "model": "gpt-slow"}]});
+    // Least busy: two requests in flight at once go to the two credentials. `gpt-held` keeps each
+    // at the stand-in until the test lets them go, so the second is sent while the first is
+    // surely in flight (with a slow model and no hold, a loaded machine sent the second after the
+    // first had ended, and both went to `key-a`).
+    let route = json!({"strategy": "least-busy", "retries": {"attempts": 1, "perAttemptTimeoutMs": 20000},
+        "targets": [
+        {"provider": "openai", "credential": "key-a", "model": "gpt-held"},
+        {"provider": "openai", "credential": "key-b", "model": "gpt-held"}]});
     put_route(&g, "idle", &route);
     let answers: Vec<http::Resp> = std::thread::scope(|s| {
-        let calls: Vec<_> = (0..2).map(|_| s.spawn(|| chat(&g, "idle", false))).collect();
+        let mut calls = Vec::new();
+        for n in 1..=2 {
+            calls.push(s.spawn(|| chat(&g, "idle", false)));
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while seen(&up, "gpt-held") < n {
+                assert!(std::time::Instant::now() < deadline, "request {n} never reached the stand-in");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        up.release_held(2);
         calls.into_iter().map(|c| c.join().unwrap()).collect()
     });
     let mut creds: Vec<String> =
