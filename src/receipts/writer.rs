@@ -22,10 +22,11 @@
 //! every read of receipts waits for it. With `receipts.journal: false` each batch commits to
 //! the database itself, as PostgreSQL's always do.
 //!
-//! On SQLite, a request alone in flight (nothing queued, the writer's connection free) commits
-//! its receipt itself on its own thread, with the writer's connection, instead of
-//! handing it over: the leader of a group of one, as in a database's group commit. One client at
-//! a time then waits for no thread hand-over (two wake-ups of a parked thread per request).
+//! On SQLite, a request among few in flight (at most [`FEW_IN_FLIGHT`] with the journal, alone
+//! without; nothing queued, the writer's connection free) commits its receipt itself on its own
+//! thread, with the writer's connection, instead of handing it over: the leader of a group of
+//! one, as in a database's group commit. At light and moderate load an answer then waits for no
+//! thread hand-over (two wake-ups of a parked thread per request).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +47,22 @@ pub use super::seal::MAX_BATCH;
 /// 35, flat out, interleaved runs of the default (1.4 ms here), 0.1, 0.25 and 0.5 ms: per-round
 /// ratios to bare Pingora 0.71–0.80x, 0.76–0.82x, 0.71–0.91x, 0.70–0.86x; 0.1 ms the steadiest.
 const WRITER_SLICE: Duration = Duration::from_micros(100);
+
+/// With the receipt journal, a request commits its own receipt while at most this many are in
+/// flight (nothing queued, the connection free): an append is then one sealed line and one
+/// `write`, and handing it to the writer thread costs two wake-ups of a parked thread, each a
+/// cross-CPU wake-up on these VMs (`perf bench sched pipe`: 24–42 µs a round trip across the two
+/// vCPUs, 2 µs on one). Session 41, 3 000 req/s open loop, three interleaved rounds: p50 added
+/// over bare Pingora +0.157/+0.195/+0.205 ms at 1 (the old "alone in flight"), +0.108/+0.115/
+/// +0.110 at 4, +0.084/+0.137/+0.104 at 8; p99 added +0.67/+0.64/+1.34 → +0.56/+0.22/+0.76 at
+/// 4. Flat out at 32 clients the writer still batches (no change within the noise: 17 406/17 242
+/// req/s at 1, 16 451/17 894 at 4), and 4 closed-loop clients run as fast as before (12 293/11 721
+/// → 12 333/12 327 req/s). Without the journal each commit is a database transaction (~7 WAL
+/// frames) and only a request alone in flight commits its own ([`SOLO`]).
+const FEW_IN_FLIGHT: i64 = 4;
+
+/// Without the journal: a request commits its own receipt only when alone in flight.
+const SOLO: i64 = 1;
 
 #[derive(Debug, Default)]
 pub struct WriterStats {
@@ -99,7 +116,7 @@ type Waiter = oneshot::Sender<Result<(), CommitError>>;
 pub struct ReceiptQueue {
     tx: mpsc::Sender<Item>,
     pub stats: Arc<WriterStats>,
-    /// SQLite: the writer's connection, for a request alone in flight to commit its own receipt.
+    /// SQLite: the writer's connection, for a request among few in flight to commit its own receipt.
     appender: Option<Arc<Appender>>,
 }
 
@@ -138,7 +155,7 @@ impl Sink {
 }
 
 /// The SQLite sink the receipts are committed to: the writer thread's, lent to a request
-/// alone in flight.
+/// among few in flight.
 struct Appender {
     /// This process's claim on the database (`store::journal::claim`), held for its life.
     _claim: std::fs::File,
@@ -147,11 +164,14 @@ struct Appender {
     /// Set by the background checkpointer when the writer should finish a checkpoint before its
     /// next batch (see [`checkpoints`]).
     tail_due: AtomicBool,
+    /// A request commits its own receipt while at most this many are in flight:
+    /// [`FEW_IN_FLIGHT`] with the journal, [`SOLO`] without.
+    inline_up_to: i64,
 }
 
 impl ReceiptQueue {
     /// Commits `draft` and returns when it is committed (or given up): on the calling thread
-    /// when its request is alone in flight ([`ReceiptQueue::commit_here`]), else queued for the
+    /// when few requests are in flight ([`ReceiptQueue::commit_here`]), else queued for the
     /// writer.
     pub async fn commit(&self, draft: Draft) -> Result<(), CommitError> {
         let Some(draft) = self.commit_here(draft) else { return Ok(()) };
@@ -168,18 +188,20 @@ impl ReceiptQueue {
         }
     }
 
-    /// Appends `draft` alone, on this thread, when its request is the only one in flight and
-    /// nothing is queued; gives it back (for the queue) otherwise, or when the attempt fails (the
-    /// writer retries it). It blocks the calling thread for one append (~100 us) but never waits
-    /// for a lock: the writer's connection is taken only if free, and a database lock held
-    /// elsewhere fails the attempt at once. With other requests in flight their receipts are
-    /// better batched: when any idle moment of the writer was enough, single-receipt commits
-    /// on the proxy threads split the batches and flat-out throughput fell from 0.66x to 0.35x
-    /// bare Pingora's.
+    /// Appends `draft` alone, on this thread, when few requests are in flight (the appender's
+    /// `inline_up_to`: see [`FEW_IN_FLIGHT`]) and nothing is queued; gives it back (for the queue)
+    /// otherwise, or when the attempt fails (the writer retries it). It blocks the calling
+    /// thread for one append (a signature and a `write` with the journal) but never waits for a
+    /// lock: the writer's connection is taken only if free, and a database lock held elsewhere
+    /// fails the attempt at once. With many requests in flight their receipts are better
+    /// batched: when any idle moment of the writer was enough, single-receipt commits on the
+    /// proxy threads split the batches and flat-out throughput fell from 0.66x to 0.35x bare
+    /// Pingora's (session 21, without the journal), and by ~10 % with it (session 41).
     fn commit_here(&self, draft: Draft) -> Option<Draft> {
         let Some(appender) = &self.appender else { return Some(draft) };
-        let alone = self.stats.in_flight.load(Ordering::Relaxed) <= 1 && self.stats.depth.load(Ordering::Relaxed) == 0;
-        if !alone || appender.tail_due.load(Ordering::Relaxed) {
+        let few = self.stats.in_flight.load(Ordering::Relaxed) <= appender.inline_up_to
+            && self.stats.depth.load(Ordering::Relaxed) == 0;
+        if !few || appender.tail_due.load(Ordering::Relaxed) {
             return Some(draft);
         }
         let Ok(mut conn) = appender.conn.try_lock() else { return Some(draft) };
@@ -288,11 +310,13 @@ pub fn channel_with(
                     store::receipts::SqliteAppender::open(file, commit_timeout, RULES)?.with_durability(durability)?,
                 ),
             };
+            let inline_up_to = if matches!(conn, Sink::Journal(_)) { FEW_IN_FLIGHT } else { SOLO };
             Some(Arc::new(Appender {
                 _claim: claim,
                 conn: Mutex::new(conn),
                 signer: signer.clone(),
                 tail_due: AtomicBool::new(false),
+                inline_up_to,
             }))
         }
         None => None,
@@ -569,12 +593,47 @@ mod tests {
     use super::*;
     use crate::store::receipts::tests::draft;
 
-    /// A request alone in flight commits its own receipt on its thread: with no writer
-    /// running, it is in the database when `commit_here` returns. With another request in
-    /// flight, or a draft queued, it is handed back for the writer's batch, and nothing is
+    /// With the receipt journal the bar is [`FEW_IN_FLIGHT`]: with four requests in flight one
+    /// still commits its own receipt (one sealed line, no hand-over); with five, or a draft
+    /// queued, it is handed back for the writer's batch. (The journal's database side is applied
+    /// by a thread not started here: `written` counts what the journal took.)
+    #[test]
+    fn with_the_journal_a_request_among_few_in_flight_commits_its_own_receipt() {
+        let (store, dir) = store::temp_sqlite("writer-few");
+        let signer = Arc::new(Signer::from_seed(&[7u8; 32]));
+        let options = Options {
+            commit_timeout: Duration::from_secs(5),
+            checkpoint_every: Duration::ZERO,
+            journal: Some(Duration::from_millis(20)),
+        };
+        let (queue, writer) = channel_with(store.clone(), signer, options).unwrap();
+        let written = || queue.stats.written.load(Ordering::Relaxed);
+
+        let guards: Vec<InFlight> = (0..FEW_IN_FLIGHT).map(|_| queue.in_flight()).collect();
+        assert!(queue.commit_here(draft("tenant-a", 1)).is_none(), "four in flight: committed on this thread");
+        assert_eq!(written(), 1);
+
+        let fifth = queue.in_flight();
+        let back = queue.commit_here(draft("tenant-a", 2));
+        assert_eq!(back.map(|d| d.request_id), Some("req-2".to_string()), "five in flight: for the writer");
+        drop(fifth);
+
+        queue.stats.depth.store(1, Ordering::Relaxed);
+        assert!(queue.commit_here(draft("tenant-a", 3)).is_some(), "a draft queued: for the writer");
+        queue.stats.depth.store(0, Ordering::Relaxed);
+        assert_eq!(written(), 1, "nothing handed back was written");
+        assert!(queue.commit_here(draft("tenant-a", 4)).is_none());
+        assert_eq!(written(), 2);
+        drop((guards, queue, writer, store));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Without the journal a request commits its own receipt only when alone in flight: with no
+    /// writer running, it is in the database when `commit_here` returns. With another request
+    /// in flight, or a draft queued, it is handed back for the writer's batch, and nothing is
     /// written.
     #[test]
-    fn a_request_alone_in_flight_commits_its_own_receipt() {
+    fn without_the_journal_a_request_alone_in_flight_commits_its_own_receipt() {
         let (store, dir) = store::temp_sqlite("writer");
         let signer = Arc::new(Signer::from_seed(&[7u8; 32]));
         let (queue, writer) = channel(store.clone(), signer, Duration::from_secs(5), Duration::ZERO).unwrap();
