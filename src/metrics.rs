@@ -18,6 +18,7 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     pub management_requests: IntCounterVec,
     pub receipts_written: IntCounter,
+    pub receipt_commits: IntCounterVec,
     pub receipt_queue_depth: IntGauge,
     pub receipt_batch_size: Histogram,
     pub receipt_write_seconds: Histogram,
@@ -44,7 +45,8 @@ pub struct Metrics {
 const LATENCY_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    Metrics {
     upstream_attempts: register_int_counter_vec!(
         "tollgate_upstream_attempts_total",
         "Upstream attempts of routed requests by provider, target (provider/credential/model) and outcome",
@@ -99,6 +101,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     .expect("register tollgate_management_requests_total"),
     receipts_written: register_int_counter!("tollgate_receipts_written_total", "Receipts appended to the chains")
         .expect("register tollgate_receipts_written_total"),
+    receipt_commits: register_int_counter_vec!(
+        "tollgate_receipt_commits_total",
+        "Receipts a request waited for, by who committed them: the request itself (own) or the writer thread, and why not its own",
+        &["by"]
+    )
+    .expect("register tollgate_receipt_commits_total"),
     receipt_queue_depth: register_int_gauge!("tollgate_receipt_queue_depth", "Receipts queued and not yet written")
         .expect("register tollgate_receipt_queue_depth"),
     receipt_batch_size: register_histogram!(
@@ -186,6 +194,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["reason"]
     )
     .expect("register tollgate_log_timestamp_failures_total"),
+}
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.

@@ -96,6 +96,11 @@ fn every_request_with_a_valid_key_leaves_exactly_one_receipt() {
             status["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert!(names.contains(&"receipt-writer") && names.contains(&"signer"), "{names:?}");
         assert!(g.metric_eventually("tollgate_receipts_written_total", &[], 3.0) >= 3.0);
+        // One request at a time: on SQLite each commits its own receipt on its thread; on
+        // PostgreSQL the writer commits them all.
+        let by = if matches!(b, Backend::Sqlite) { "by=\"own\"" } else { "by=\"writer\"" };
+        assert_eq!(g.metric("tollgate_receipt_commits_total", &[by]), 3.0, "{by}");
+        assert_eq!(g.metric("tollgate_receipt_commits_total", &[]), 3.0, "every waited-for receipt counted once");
     }
 }
 

@@ -64,6 +64,34 @@ const FEW_IN_FLIGHT: i64 = 4;
 /// Without the journal: a request commits its own receipt only when alone in flight.
 const SOLO: i64 = 1;
 
+/// Who committed a receipt its request waited for (`tollgate_receipt_commits_total{by}`): the
+/// request itself, or the writer thread, and then why not the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Own,
+    /// No own commits on this store (PostgreSQL, or `receipts.durability: fsync`).
+    Writer,
+    WriterManyInFlight,
+    WriterQueued,
+    WriterCheckpoint,
+    WriterConnectionBusy,
+    WriterOwnFailed,
+}
+
+const BY_LABELS: [&str; 7] = [
+    "own",
+    "writer",
+    "writer_many_in_flight",
+    "writer_queued",
+    "writer_checkpoint",
+    "writer_connection_busy",
+    "writer_own_failed",
+];
+
+/// The counters of [`By`], resolved once (no label lookup per request).
+static COMMITS_BY: std::sync::LazyLock<[prometheus::IntCounter; 7]> =
+    std::sync::LazyLock::new(|| BY_LABELS.map(|by| METRICS.receipt_commits.with_label_values(&[by])));
+
 #[derive(Debug, Default)]
 pub struct WriterStats {
     /// Drafts handed over and not yet written (or given up).
@@ -198,23 +226,37 @@ impl ReceiptQueue {
     /// proxy threads split the batches and flat-out throughput fell from 0.66x to 0.35x bare
     /// Pingora's (session 21, without the journal), and by ~10 % with it (session 41).
     fn commit_here(&self, draft: Draft) -> Option<Draft> {
-        let Some(appender) = &self.appender else { return Some(draft) };
-        let few = self.stats.in_flight.load(Ordering::Relaxed) <= appender.inline_up_to
-            && self.stats.depth.load(Ordering::Relaxed) == 0;
-        if !few || appender.tail_due.load(Ordering::Relaxed) {
-            return Some(draft);
+        let by = match self.own_commit(&draft) {
+            Ok(()) => By::Own,
+            Err(why) => why,
+        };
+        COMMITS_BY[by as usize].inc();
+        (by != By::Own).then_some(draft)
+    }
+
+    /// Commits `draft` on this thread, or says why not (see [`ReceiptQueue::commit_here`]).
+    fn own_commit(&self, draft: &Draft) -> Result<(), By> {
+        let Some(appender) = &self.appender else { return Err(By::Writer) };
+        if self.stats.in_flight.load(Ordering::Relaxed) > appender.inline_up_to {
+            return Err(By::WriterManyInFlight);
         }
-        let Ok(mut conn) = appender.conn.try_lock() else { return Some(draft) };
+        if self.stats.depth.load(Ordering::Relaxed) != 0 {
+            return Err(By::WriterQueued);
+        }
+        if appender.tail_due.load(Ordering::Relaxed) {
+            return Err(By::WriterCheckpoint);
+        }
+        let Ok(mut conn) = appender.conn.try_lock() else { return Err(By::WriterConnectionBusy) };
         let started = Instant::now();
-        match conn.append_unless_busy(std::slice::from_ref(&draft), &appender.signer) {
+        match conn.append_unless_busy(std::slice::from_ref(draft), &appender.signer) {
             Ok(n) => {
                 drop(conn);
                 self.stats.committed(n, started, started);
-                None
+                Ok(())
             }
             Err(e) => {
                 log::debug!("receipt not committed on the request's thread ({e}); queued for the writer");
-                Some(draft)
+                Err(By::WriterOwnFailed)
             }
         }
     }
@@ -613,9 +655,12 @@ mod tests {
         assert!(queue.commit_here(draft("tenant-a", 1)).is_none(), "four in flight: committed on this thread");
         assert_eq!(written(), 1);
 
+        let counted = |by: By| COMMITS_BY[by as usize].get();
+        let (own, many) = (counted(By::Own), counted(By::WriterManyInFlight));
         let fifth = queue.in_flight();
         let back = queue.commit_here(draft("tenant-a", 2));
         assert_eq!(back.map(|d| d.request_id), Some("req-2".to_string()), "five in flight: for the writer");
+        assert!(counted(By::WriterManyInFlight) > many, "the hand-over is counted with its reason");
         drop(fifth);
 
         queue.stats.depth.store(1, Ordering::Relaxed);
@@ -624,6 +669,7 @@ mod tests {
         assert_eq!(written(), 1, "nothing handed back was written");
         assert!(queue.commit_here(draft("tenant-a", 4)).is_none());
         assert_eq!(written(), 2);
+        assert!(counted(By::Own) > own, "the own commit is counted");
         drop((guards, queue, writer, store));
         let _ = std::fs::remove_dir_all(dir);
     }
