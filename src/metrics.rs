@@ -45,8 +45,7 @@ pub struct Metrics {
 const LATENCY_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    Metrics {
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     upstream_attempts: register_int_counter_vec!(
         "tollgate_upstream_attempts_total",
         "Upstream attempts of routed requests by provider, target (provider/credential/model) and outcome",
@@ -103,7 +102,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         .expect("register tollgate_receipts_written_total"),
     receipt_commits: register_int_counter_vec!(
         "tollgate_receipt_commits_total",
-        "Receipts a request waited for, by who committed them: the request itself (own) or the writer thread, and why not its own",
+        "Receipts an answer waited for, by who committed them: the request (own) or the writer, and why",
         &["by"]
     )
     .expect("register tollgate_receipt_commits_total"),
@@ -194,7 +193,6 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["reason"]
     )
     .expect("register tollgate_log_timestamp_failures_total"),
-}
 });
 
 /// Request-path handles of the labelled metrics, cached per worker thread by label values.
