@@ -33,9 +33,11 @@ fn newest_id(g: &Gateway) -> String {
     r.json()["receipts"][0]["receiptId"].as_str().unwrap_or_default().to_string()
 }
 
-/// The receipt is readable, listed first and (checked at the end) exported, right away.
+/// The receipt is readable, signed (with the journal the applier signs it, and the read waits
+/// for it), listed first and (checked at the end) exported, right away.
 fn assert_committed(g: &Gateway, id: &str, what: &str) -> Value {
     let receipt = g.receipt(id);
+    assert_eq!(receipt["verified"], true, "{what}: its signature verifies at once: {receipt}");
     assert_eq!(newest_id(g), id, "{what}: the newest receipt in the list");
     receipt
 }
@@ -202,6 +204,8 @@ fn assert_receipts_survived(g: &Gateway, answered: &[String], what: &str) -> u64
     for id in answered {
         let r = g.mgmt("GET", &format!("/v1/receipts/{id}"), Some(&g.key), None);
         assert_eq!(r.status, 200, "{what}: the answered request {id} lost its receipt");
+        // Signed also when the journal held it unsigned and the restart's replay signed it.
+        assert_eq!(r.json()["verified"], true, "{what}: receipt {id}'s signature: {}", r.text());
     }
     let head = newest_id(g);
     let report = g.mgmt("GET", &format!("/v1/receipts/{head}/verify-chain"), Some(&g.key), None).json();

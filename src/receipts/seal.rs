@@ -58,6 +58,17 @@ impl<'a> Batch<'a> {
     /// Chains and signs every tenant's drafts after that tenant's head. `heads` holds one head
     /// per tenant, in [`Batch::tenants`] order.
     pub fn seal(&self, heads: Vec<Head>, signer: &Signer) -> SealedBatch<'a> {
+        let mut sealed = self.chain(heads);
+        let SealedBatch { canonical, rows, .. } = &mut sealed;
+        for_each_parallel(rows, |r| r.signature = signer.sign(&canonical[r.canonical.clone()]));
+        sealed.signed = true;
+        sealed
+    }
+
+    /// [`Batch::seal`] without the signatures: seq, prevHash, canonical bytes and thisHash fix
+    /// each receipt; the receipt journal's applier signs the same bytes later (`receipts::rows::
+    /// sign_records`), before the rows reach the database.
+    pub fn chain(&self, heads: Vec<Head>) -> SealedBatch<'a> {
         let mut canonical = Vec::with_capacity(self.order.len() * CANONICAL_PER_RECEIPT);
         let mut rows = Vec::with_capacity(self.order.len());
         let mut chains = Vec::with_capacity(heads.len());
@@ -93,8 +104,7 @@ impl<'a> Batch<'a> {
             });
         }
         assert!(heads.next().is_none(), "more chain heads than tenants in the batch");
-        for_each_parallel(&mut rows, |r| r.signature = signer.sign(&canonical[r.canonical.clone()]));
-        SealedBatch { canonical, rows, chains }
+        SealedBatch { canonical, rows, chains, signed: false }
     }
 }
 
@@ -107,7 +117,7 @@ pub struct Row<'a> {
     pub canonical: Range<usize>,
     pub prev_hash: Arc<str>,
     pub this_hash: Arc<str>,
-    /// Raw Ed25519 signature over the canonical bytes.
+    /// Raw Ed25519 signature over the canonical bytes (zeros in a batch only chained).
     pub signature: [u8; 64],
 }
 
@@ -127,9 +137,15 @@ pub struct SealedBatch<'a> {
     canonical: Vec<u8>,
     rows: Vec<Row<'a>>,
     chains: Vec<Chain<'a>>,
+    /// Whether the rows carry their signatures ([`Batch::seal`]) or not yet ([`Batch::chain`]).
+    signed: bool,
 }
 
 impl<'a> SealedBatch<'a> {
+    pub fn signed(&self) -> bool {
+        self.signed
+    }
+
     pub fn rows(&self) -> &[Row<'a>] {
         &self.rows
     }

@@ -57,6 +57,13 @@ impl StoredReceipt {
     }
 }
 
+/// The canonical bytes of a stored row: the ones its `thisHash` and signature are over (rebuilt
+/// from the columns as a verifier rebuilds them).
+pub fn canonical_of(row: ReceiptRow<&str>) -> Result<Vec<u8>, String> {
+    let checks: Vec<Check> = serde_json::from_str(row.checks).map_err(|e| format!("checks column: {e}"))?;
+    Ok(super::canonical::receipt_bytes(&StoredReceipt::of(row, checks).receipt))
+}
+
 /// A row query's row as a receipt.
 fn from_row(mut row: ReceiptRow<String>) -> Result<StoredReceipt, StoreError> {
     let checks: Vec<Check> = serde_json::from_str(&std::mem::take(&mut row.checks))

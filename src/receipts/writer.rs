@@ -159,7 +159,7 @@ impl Sink {
     fn append(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
         match self {
             Sink::Database(c) => c.append(&mut Sealing::new(drafts, signer)),
-            Sink::Journal(j) => j.append(&mut Sealing::new(drafts, signer)),
+            Sink::Journal(j) => j.append(&mut Sealing::deferred(drafts, signer)),
         }
     }
 
@@ -168,7 +168,7 @@ impl Sink {
     fn append_unless_busy(&mut self, drafts: &[Draft], signer: &Signer) -> Result<usize, store::StoreError> {
         match self {
             Sink::Database(c) => c.append_unless_busy(&mut Sealing::new(drafts, signer)),
-            Sink::Journal(j) => j.append_unless_busy(&mut Sealing::new(drafts, signer)),
+            Sink::Journal(j) => j.append_unless_busy(&mut Sealing::deferred(drafts, signer)),
         }
     }
 
@@ -339,10 +339,15 @@ pub fn channel_with(
     let appender = match store.sqlite_file() {
         Some(file) => {
             let claim = store::journal::claim(file, o.journal.is_some())?;
-            store::journal::replay(file, commit_timeout, RULES)?;
+            let sign: store::journal::SignRecords = {
+                let signer = signer.clone();
+                Arc::new(move |records: &mut [store::receipts::Record]| super::rows::sign_records(records, &signer))
+            };
+            store::journal::replay(file, commit_timeout, RULES, &sign)?;
             let conn = match o.journal {
                 Some(every) => {
-                    let (writer, app, progress) = store::journal::open(file, commit_timeout, every, RULES, durability)?;
+                    let (writer, app, progress) =
+                        store::journal::open(file, commit_timeout, every, RULES, durability, sign)?;
                     store.use_journal(progress.clone());
                     let _ = stats.journal.set(progress);
                     applier = Some(app);

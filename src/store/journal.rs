@@ -10,24 +10,27 @@
 //! transaction and checkpoints rarely.
 //!
 //! - [`JournalWriter`]: the writer's side. It keeps every tenant's chain head in memory (read
-//!   from the database the first time a tenant is seen), seals a batch after them, appends the
-//!   records as JSON lines to the current segment with one `write`, and hands them to the
-//!   applier. A `write` that returned is in the page cache: a SIGKILL cannot lose it. Like
+//!   from the database the first time a tenant is seen), seals a batch after them (chained and
+//!   hashed: `seq`, `prevHash` and `thisHash` fix each receipt; the writer leaves the signature
+//!   to the applier), appends the records as JSON lines to the current segment with one
+//!   `write`, and hands them to the applier. A `write` that returned is in the page cache: a SIGKILL cannot lose it. Like
 //!   SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a power cut can. With
 //!   `receipts.durability: fsync` the `write` is followed by one `fdatasync` of the segment
 //!   before the batch counts as committed (group commit: every receipt of the batch waits for
 //!   the same flush), a new segment's directory entry is flushed before its first record, and
 //!   the applier's database commits are flushed too (`synchronous=FULL`) before the segments
 //!   they empty are deleted.
-//! - [`Applier`]: a thread with the database's write connection. It writes what it was handed
-//!   every `receipts.journal_apply_ms` (or at once when a reader asks), checkpoints the WAL
+//! - [`Applier`]: a thread with the database's write connection. It signs what it was handed
+//!   ([`SignRecords`]) and writes it every `receipts.journal_apply_ms` (or at once when a reader
+//!   asks), checkpoints the WAL
 //!   itself between two applies, and deletes the segments whose records are all in the database.
 //! - [`Progress`]: how many records were journaled and how many applied. Every read of receipts,
 //!   guardrail events or spend first waits until everything journaled before the read began is
 //!   applied ([`Progress::settled`], called through `Store::settled`), so a receipt is readable
 //!   the moment its answer ends, as without the journal.
 //! - [`replay`]: at start, before the writer runs, the records of any segment left behind (a
-//!   crash, a kill) that the database does not hold yet are written, and the segments deleted.
+//!   crash, a kill) that the database does not hold yet are signed and written, and the
+//!   segments deleted.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -191,7 +194,7 @@ fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
 /// in chain order, a tenant's in one transaction with its head); the next one must continue the
 /// head exactly, or the journal and the database disagree and the gateway does not start.
 /// Returns how many records were written.
-pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules) -> Result<usize, StoreError> {
+pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules, sign: &SignRecords) -> Result<usize, StoreError> {
     let dir = dir_of(db_file);
     let all = segments(&dir)?;
     if all.is_empty() {
@@ -228,7 +231,8 @@ pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules) -> Result<usize
             todo.push(r);
         }
     }
-    for chunk in todo.chunks(REPLAY_BATCH) {
+    for chunk in todo.chunks_mut(REPLAY_BATCH) {
+        sign(chunk);
         conn.apply(&chunk.iter().collect::<Vec<_>>())?;
     }
     let below = newest.map_or(0, |n| n + 1);
@@ -238,6 +242,11 @@ pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules) -> Result<usize
     }
     Ok(todo.len())
 }
+
+/// Signs the records a batch was journaled with unsigned (`receipts::rows::sign_records` with
+/// the gateway's signing key): the applier calls it before their rows reach the database, replay
+/// before it writes them. Records signed already are left as they are.
+pub type SignRecords = Arc<dyn Fn(&mut [Record]) + Send + Sync>;
 
 /// What the writer hands the applier: records in journal order, under a lock the applier
 /// takes once an apply. The writer wakes the applier only when the first records of a period
@@ -403,6 +412,7 @@ pub fn open(
     apply_every: Duration,
     rules: ChainRules,
     durability: Durability,
+    sign: SignRecords,
 ) -> Result<(JournalWriter, Applier, Arc<Progress>), StoreError> {
     let dir = dir_of(db_file);
     std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
@@ -421,6 +431,7 @@ pub fn open(
         conn: SqliteAppender::open(db_file, timeout, rules)?.with_durability(durability)?,
         dir: dir.clone(),
         progress: progress.clone(),
+        sign,
     };
     let writer = JournalWriter {
         dir,
@@ -566,6 +577,7 @@ pub struct Applier {
     conn: SqliteAppender,
     dir: PathBuf,
     progress: Arc<Progress>,
+    sign: SignRecords,
 }
 
 impl Applier {
@@ -581,7 +593,15 @@ impl Applier {
         // Segments below this one are deleted: the directory is listed only when a newer
         // segment's records were applied (once every 32 MiB), not every apply.
         let mut deleted_below = 0;
-        while let Some((records, count)) = self.handoff.take() {
+        while let Some((mut records, count)) = self.handoff.take() {
+            for (i, (_, batch)) in records.iter_mut().enumerate() {
+                if i > 0 {
+                    // Idle work, but a yield between batches bounds a stint off the request
+                    // threads' cores by one batch's signatures.
+                    std::thread::yield_now();
+                }
+                (self.sign)(batch);
+            }
             let all: Vec<&Record> = records.iter().flat_map(|(_, r)| r.iter()).collect();
             match self.conn.apply(&all) {
                 Ok(()) => {
@@ -625,6 +645,12 @@ mod tests {
     use crate::receipts::signer::Signer;
     use crate::store::receipts::tests::draft;
 
+    /// Signs with the key the tests seal with.
+    fn sign() -> SignRecords {
+        let signer = Signer::from_seed(&[7u8; 32]);
+        Arc::new(move |r: &mut [Record]| crate::receipts::rows::sign_records(r, &signer))
+    }
+
     fn migrated_db() -> (PathBuf, PathBuf) {
         let dir = std::env::temp_dir().join(format!("tollgate-journal-{}", uuid::Uuid::new_v4().simple()));
         let file = dir.join("r.db");
@@ -664,11 +690,11 @@ mod tests {
         let signer = Signer::from_seed(&[7u8; 32]);
         let five = Duration::from_secs(5);
         let (mut journal, applier, _) =
-            open(&file, five, Duration::from_secs(3600), RULES, Durability::PageCache).unwrap();
+            open(&file, five, Duration::from_secs(3600), RULES, Durability::PageCache, sign()).unwrap();
         journal.heads.insert("tenant-a".into(), Head { seq: 41, hash: "ab".repeat(32).into() });
         journal.append(&mut Sealing::new(&[draft("tenant-a", 1), draft("tenant-a", 2)], &signer)).unwrap();
         drop((journal, applier));
-        let err = replay(&file, five, RULES).unwrap_err().to_string();
+        let err = replay(&file, five, RULES, &sign()).unwrap_err().to_string();
         assert!(err.contains("receipt seq 42 does not continue the stored chain (head seq 0)"), "{err}");
         assert!(err.contains(&dir_of(&file).display().to_string()), "{err}");
         let conn = SqliteAppender::open(&file, five, RULES).unwrap();

@@ -629,6 +629,8 @@ const ACTOR: usize = column("actor");
 const KIND: usize = column("kind");
 const PREV_HASH: usize = column("prev_hash");
 const THIS_HASH: usize = column("this_hash");
+const SIGNATURE: usize = column("signature");
+const KEY_ID: usize = column("key_id");
 
 /// A routed request's attempt beside its receipt (not signed; docs/decisions/routes.md).
 const ATTEMPT_INSERT: &str = "INSERT INTO receipt_attempts (receipt_id, n, tenant_id, provider, credential, model, \
@@ -676,6 +678,52 @@ impl Record {
 
     pub fn this_hash(&self) -> &str {
         self.text(THIS_HASH)
+    }
+
+    /// Whether the record waits for its signature (sealed for the receipt journal, which signs
+    /// before the row reaches the database: `receipts::rows::sign_records`).
+    pub fn unsigned(&self) -> bool {
+        self.text(SIGNATURE).is_empty()
+    }
+
+    /// Sets the signature (base64) and the id of the key that made it.
+    pub fn set_signature(&mut self, signature: Arc<str>, key_id: Arc<str>) {
+        self.row[SIGNATURE] = Value::Text(signature);
+        self.row[KEY_ID] = Value::Text(key_id);
+    }
+
+    /// The record's row as a row query reads it (not pruned).
+    pub fn as_row(&self) -> ReceiptRow<&str> {
+        let t = |name: &str| self.text(column(name));
+        let latency = match self.row[column("latency_us")] {
+            Value::Int(us) => Some(us.max(0) as u64),
+            _ => None,
+        };
+        ReceiptRow {
+            v: self.int(column("v")).clamp(0, u32::MAX as i64) as u32,
+            tenant_id: t("tenant_id"),
+            seq: self.seq(),
+            receipt_id: t("receipt_id"),
+            request_id: t("request_id"),
+            actor: t("actor"),
+            provider: t("provider"),
+            model: t("model"),
+            prompt_tokens: self.int(column("prompt_tokens")).max(0) as u64,
+            completion_tokens: self.int(column("completion_tokens")).max(0) as u64,
+            cost_usd: self.cost_usd(),
+            checks: t("checks"),
+            upstream_status: t("upstream_status"),
+            ts: t("ts"),
+            prev_hash: self.prev_hash(),
+            this_hash: self.this_hash(),
+            signature: t("signature"),
+            key_id: t("key_id"),
+            kind: t("kind"),
+            pack_version: t("receipt_pack_version"),
+            subject: t("subject"),
+            latency_us: latency,
+            pruned: false,
+        }
     }
 
     /// Column `i`'s text, shared.
@@ -1440,6 +1488,10 @@ pub(crate) mod tests {
             let second: Vec<Draft> = (5..300).map(|i| draft(tenant(i), i)).collect();
             let file = store.sqlite_file().unwrap().to_path_buf();
             let five = std::time::Duration::from_secs(5);
+            let sign = || -> super::super::journal::SignRecords {
+                let signer = signer.clone();
+                Arc::new(move |r: &mut [Record]| crate::receipts::rows::sign_records(r, &signer))
+            };
             match via {
                 Via::Native => {
                     let mut appender = SqliteAppender::open(&file, five, RULES).unwrap();
@@ -1455,19 +1507,29 @@ pub(crate) mod tests {
                     // Flushed (`receipts.durability: fsync`): the same records read back.
                     let hour = std::time::Duration::from_secs(3600);
                     let (mut journal, applier, progress) =
-                        super::super::journal::open(&file, five, hour, RULES, super::super::Durability::Fsync).unwrap();
+                        super::super::journal::open(&file, five, hour, RULES, super::super::Durability::Fsync, sign())
+                            .unwrap();
                     store.use_journal(progress);
                     std::thread::spawn(move || applier.run());
-                    assert_eq!(journal.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
-                    assert_eq!(journal.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
+                    // Journaled unsigned, signed by the applier: the reference's signatures.
+                    assert_eq!(journal.append(&mut Sealing::deferred(&first, &signer)).unwrap(), 5);
+                    assert_eq!(journal.append(&mut Sealing::deferred(&second, &signer)).unwrap(), 295);
                 }
                 Via::Replayed => {
                     let hour = std::time::Duration::from_secs(3600);
-                    let (mut journal, applier, _) =
-                        super::super::journal::open(&file, five, hour, RULES, super::super::Durability::PageCache)
-                            .unwrap();
+                    let (mut journal, applier, _) = super::super::journal::open(
+                        &file,
+                        five,
+                        hour,
+                        RULES,
+                        super::super::Durability::PageCache,
+                        sign(),
+                    )
+                    .unwrap();
+                    // Signed in the journal (as before deferred signing) and not: replay signs
+                    // the second batch.
                     assert_eq!(journal.append(&mut Sealing::new(&first, &signer)).unwrap(), 5);
-                    assert_eq!(journal.append(&mut Sealing::new(&second, &signer)).unwrap(), 295);
+                    assert_eq!(journal.append(&mut Sealing::deferred(&second, &signer)).unwrap(), 295);
                     drop((journal, applier));
                     assert_eq!(count_all(&store).await.unwrap(), 0, "nothing applied");
                     let dir = super::super::journal::dir_of(&file);
@@ -1476,8 +1538,12 @@ pub(crate) mod tests {
                     let mut f = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
                     std::io::Write::write_all(&mut f, b"{\"r\":[\"tenant-a\",301,").unwrap();
                     drop(f);
-                    assert_eq!(super::super::journal::replay(&file, five, RULES).unwrap(), 300);
-                    assert_eq!(super::super::journal::replay(&file, five, RULES).unwrap(), 0, "the segments are gone");
+                    assert_eq!(super::super::journal::replay(&file, five, RULES, &sign()).unwrap(), 300);
+                    assert_eq!(
+                        super::super::journal::replay(&file, five, RULES, &sign()).unwrap(),
+                        0,
+                        "the segments are gone"
+                    );
                     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
                 }
             }
