@@ -13,17 +13,17 @@
 //!   from the database the first time a tenant is seen), seals a batch after them (chained and
 //!   hashed: `seq`, `prevHash` and `thisHash` fix each receipt; the writer leaves the signature
 //!   to the applier), appends the records as JSON lines to the current segment with one
-//!   `write`, and hands them to the applier. A `write` that returned is in the page cache: a SIGKILL cannot lose it. Like
-//!   SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a power cut can. With
-//!   `receipts.durability: fsync` the `write` is followed by one `fdatasync` of the segment
-//!   before the batch counts as committed (group commit: every receipt of the batch waits for
-//!   the same flush), a new segment's directory entry is flushed before its first record, and
-//!   the applier's database commits are flushed too (`synchronous=FULL`) before the segments
-//!   they empty are deleted.
+//!   `write`, and hands them to the applier. A `write` that returned is in the page cache: a
+//!   SIGKILL cannot lose it. Like SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a
+//!   power cut can. With `receipts.durability: fsync` the `write` is followed by one `fdatasync`
+//!   of the segment before the batch counts as committed (group commit: every receipt of the
+//!   batch waits for the same flush), a new segment's directory entry is flushed before its first
+//!   record, and the applier's database commits are flushed too (`synchronous=FULL`) before the
+//!   segments they empty are deleted.
 //! - [`Applier`]: a thread with the database's write connection. It signs what it was handed
 //!   ([`SignRecords`]) and writes it every `receipts.journal_apply_ms` (or at once when a reader
-//!   asks), checkpoints the WAL
-//!   itself between two applies, and deletes the segments whose records are all in the database.
+//!   asks), checkpoints the WAL itself between two applies, and deletes the segments whose
+//!   records are all in the database.
 //! - [`Progress`]: how many records were journaled and how many applied. Every read of receipts,
 //!   guardrail events or spend first waits until everything journaled before the read began is
 //!   applied ([`Progress::settled`], called through `Store::settled`), so a receipt is readable
