@@ -694,33 +694,40 @@ impl Record {
 
     /// The record's row as a row query reads it (not pruned).
     pub fn as_row(&self) -> ReceiptRow<&str> {
-        let t = |name: &str| self.text(column(name));
-        let latency = match self.row[column("latency_us")] {
+        // Each position found at compile time (a `const`), not by a scan of the columns per call.
+        macro_rules! at {
+            ($name:literal) => {{
+                const I: usize = column($name);
+                I
+            }};
+        }
+        let t = |i: usize| self.text(i);
+        let latency = match self.row[at!("latency_us")] {
             Value::Int(us) => Some(us.max(0) as u64),
             _ => None,
         };
         ReceiptRow {
-            v: self.int(column("v")).clamp(0, u32::MAX as i64) as u32,
-            tenant_id: t("tenant_id"),
+            v: self.int(at!("v")).clamp(0, u32::MAX as i64) as u32,
+            tenant_id: t(at!("tenant_id")),
             seq: self.seq(),
-            receipt_id: t("receipt_id"),
-            request_id: t("request_id"),
-            actor: t("actor"),
-            provider: t("provider"),
-            model: t("model"),
-            prompt_tokens: self.int(column("prompt_tokens")).max(0) as u64,
-            completion_tokens: self.int(column("completion_tokens")).max(0) as u64,
+            receipt_id: t(at!("receipt_id")),
+            request_id: t(at!("request_id")),
+            actor: t(at!("actor")),
+            provider: t(at!("provider")),
+            model: t(at!("model")),
+            prompt_tokens: self.int(at!("prompt_tokens")).max(0) as u64,
+            completion_tokens: self.int(at!("completion_tokens")).max(0) as u64,
             cost_usd: self.cost_usd(),
-            checks: t("checks"),
-            upstream_status: t("upstream_status"),
-            ts: t("ts"),
+            checks: t(at!("checks")),
+            upstream_status: t(at!("upstream_status")),
+            ts: t(at!("ts")),
             prev_hash: self.prev_hash(),
             this_hash: self.this_hash(),
-            signature: t("signature"),
-            key_id: t("key_id"),
-            kind: t("kind"),
-            pack_version: t("receipt_pack_version"),
-            subject: t("subject"),
+            signature: t(at!("signature")),
+            key_id: t(at!("key_id")),
+            kind: t(at!("kind")),
+            pack_version: t(at!("receipt_pack_version")),
+            subject: t(at!("subject")),
             latency_us: latency,
             pruned: false,
         }
