@@ -20,6 +20,9 @@ pub struct Metrics {
     pub receipts_written: IntCounter,
     pub receipt_commits: IntCounterVec,
     pub receipt_queue_depth: IntGauge,
+    /// Receipts in the journal the applier has not written to the database yet (SQLite with
+    /// `receipts.journal`): the records it holds in memory.
+    pub receipt_journal_pending: IntGauge,
     pub receipt_batch_size: Histogram,
     pub receipt_write_seconds: Histogram,
     pub checks: IntCounterVec,
@@ -108,6 +111,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     .expect("register tollgate_receipt_commits_total"),
     receipt_queue_depth: register_int_gauge!("tollgate_receipt_queue_depth", "Receipts queued and not yet written")
         .expect("register tollgate_receipt_queue_depth"),
+    receipt_journal_pending: register_int_gauge!(
+        "tollgate_receipt_journal_pending",
+        "Receipts journaled and not yet written to the database"
+    )
+    .expect("register tollgate_receipt_journal_pending"),
     receipt_batch_size: register_histogram!(
         "tollgate_receipt_batch_size",
         "Receipts per append transaction",
