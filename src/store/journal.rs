@@ -13,17 +13,18 @@
 //!   from the database the first time a tenant is seen), seals a batch after them (chained and
 //!   hashed: `seq`, `prevHash` and `thisHash` fix each receipt; the writer leaves the signature
 //!   to the applier), appends the records as JSON lines to the current segment with one
-//!   `write`, and hands the lines to the applier. A `write` that returned is in the page cache: a
-//!   SIGKILL cannot lose it. Like SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a
+//!   `write`, and tells the applier where they are. A `write` that returned is in the page
+//!   cache: a SIGKILL cannot lose it. Like SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a
 //!   power cut can. With `receipts.durability: fsync` the `write` is followed by one `fdatasync`
 //!   of the segment before the batch counts as committed (group commit: every receipt of the
 //!   batch waits for the same flush), a new segment's directory entry is flushed before its first
 //!   record, and the applier's database commits are flushed too (`synchronous=FULL`) before the
 //!   segments they empty are deleted.
-//! - [`Applier`]: a thread with the database's write connection. It reads back the lines it was
-//!   handed, signs their records ([`SignRecords`]) and writes them every
-//!   `receipts.journal_apply_ms` (or at once when a reader asks), checkpoints the WAL itself
-//!   between two applies, and deletes the segments whose records are all in the database.
+//! - [`Applier`]: a thread with the database's write connection. It reads the handed-over
+//!   batches' lines back from their segment, signs their records ([`SignRecords`]) and writes
+//!   them every `receipts.journal_apply_ms` (or at once when a reader asks), checkpoints the
+//!   WAL itself between two applies, and deletes the segments whose records are all in the
+//!   database.
 //! - [`Progress`]: how many records were journaled and how many applied. Every read of receipts,
 //!   guardrail events or spend first waits until everything journaled before the read began is
 //!   applied ([`Progress::settled`], called through `Store::settled`), so a receipt is readable
@@ -46,8 +47,9 @@ use super::receipts::{sqlite_head, ChainRules, Head, Record, Seal, SqliteAppende
 use super::{Durability, StoreError};
 
 /// A segment is closed and a new one started past this size; the applier deletes closed
-/// segments once their records are applied.
-const SEGMENT_BYTES: u64 = 32 << 20;
+/// segments once their records are applied. Small in unit tests, whose batches then span
+/// several segments.
+const SEGMENT_BYTES: u64 = if cfg!(test) { 16 << 10 } else { 32 << 20 };
 
 /// The applier writes at once, without waiting for its period, from this many pending records.
 const APPLY_AT: usize = 8192;
@@ -62,7 +64,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 const BOOST_AT: usize = 4096;
 
 /// Back-pressure: while this many journaled records wait for the database, commits wait (up to
-/// the commit timeout) instead of growing the applier's memory and the journal without bound.
+/// the commit timeout) instead of growing the journal without bound.
 const MAX_UNAPPLIED: u64 = 1 << 18;
 
 /// Records per transaction when replaying.
@@ -270,15 +272,25 @@ struct Handoff {
     applier: AtomicI32,
 }
 
-/// Records handed over by the writer: (segment, the batch's journal lines) per batch, oldest
-/// first.
+/// Where a handed-over batch's journal lines are: `len` bytes at `offset` of segment `segment`,
+/// written before the batch was handed over (the applier reads them back with one `pread`).
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    segment: u64,
+    offset: u64,
+    len: usize,
+}
+
+/// Batches handed over by the writer, oldest first.
 ///
-/// Why the lines and not the [`Record`]s: a pending record held as values takes ~1.4 KiB of the
-/// heap (a 26-value row of 24 bytes each, a dozen `Arc<str>`s), its journal line ~550 bytes.
-/// Flat out the applier trails by thousands of records (peaks of 8 000 at 32 clients and 17 500
-/// at 1 000, session 45), and the heap keeps the high-water mark for the allocator's purge delay.
-/// Parsing the lines again is the applier's work, off the request path.
-type Batches = Vec<(u64, Box<[u8]>)>;
+/// Why where the lines are and not the lines or the [`Record`]s: flat out the applier trails by
+/// thousands of records (peaks of 8 000 at 32 clients and 33 000 at 1 000, session 45), and a
+/// pending record held in the heap took ~1.4 KiB as values, ~550–800 bytes as its journal line,
+/// and the heap kept the high-water mark for the allocator's purge delay. The lines are in the
+/// segment, written a moment ago and still in the page cache: reading them back is a copy out of
+/// the kernel, and a pending batch costs the applier 24 bytes. Parsing them again is the
+/// applier's work, off the request path.
+type Batches = Vec<Batch>;
 
 #[derive(Debug, Default)]
 struct Pending {
@@ -308,10 +320,10 @@ impl Handoff {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn push(&self, segment: u64, lines: Box<[u8]>, n: usize, every: Duration) {
+    fn push(&self, batch: Batch, n: usize, every: Duration) {
         let mut p = self.lock();
         p.count += n;
-        p.records.push((segment, lines));
+        p.records.push(batch);
         let first = p.due.is_none();
         if first {
             p.due = Some(Instant::now() + every);
@@ -440,6 +452,7 @@ pub fn open(
         handoff: handoff.clone(),
         conn: SqliteAppender::open(db_file, timeout, rules)?.with_durability(durability)?,
         dir: dir.clone(),
+        segments: SegmentReader { dir: dir.clone(), open: None, buf: Vec::new() },
         progress: progress.clone(),
         sign,
     };
@@ -526,12 +539,13 @@ impl JournalWriter {
             serde_json::to_writer(&mut self.buf, r).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?;
             self.buf.push(b'\n');
         }
-        self.write()?;
+        let offset = self.write()?;
         for (tenant, head) in super::receipts::batch_ends(&records).map(Record::head) {
             self.heads.insert(tenant, head);
         }
         let n = records.len();
-        self.handoff.push(self.segment, self.buf.as_slice().into(), n, self.every);
+        let batch = Batch { segment: self.segment, offset, len: self.buf.len() };
+        self.handoff.push(batch, n, self.every);
         // After the send: a reader that sees this count finds its records queued before its
         // flush request.
         self.progress.journaled.fetch_add(n as u64, Ordering::AcqRel);
@@ -556,8 +570,9 @@ impl JournalWriter {
     }
 
     /// Appends the buffer to the current segment (a new one when it is full or a write broke)
-    /// and, with [`Durability::Fsync`], flushes it: one `fdatasync` for the whole batch.
-    fn write(&mut self) -> Result<(), StoreError> {
+    /// and, with [`Durability::Fsync`], flushes it: one `fdatasync` for the whole batch. Returns
+    /// the offset it was written at.
+    fn write(&mut self) -> Result<u64, StoreError> {
         if self.broken || self.size >= SEGMENT_BYTES {
             let (file, size) = open_segment(&self.dir, self.segment + 1, self.durability)?;
             (self.file, self.size, self.segment, self.broken) = (file, size, self.segment + 1, false);
@@ -576,8 +591,9 @@ impl JournalWriter {
                 return Err(io_err(&segment_path(&self.dir, self.segment), e));
             }
         }
+        let offset = self.size;
         self.size += self.buf.len() as u64;
-        Ok(())
+        Ok(offset)
     }
 }
 
@@ -586,6 +602,7 @@ pub struct Applier {
     handoff: Arc<Handoff>,
     conn: SqliteAppender,
     dir: PathBuf,
+    segments: SegmentReader,
     progress: Arc<Progress>,
     sign: SignRecords,
 }
@@ -605,14 +622,14 @@ impl Applier {
         let mut deleted_below = 0;
         while let Some((records, count)) = self.handoff.take() {
             crate::metrics::METRICS.receipt_journal_pending.set(self.progress.pending() as i64);
-            let mut parts = Parts { batches: &records, next: 0, sign: &self.sign };
+            let mut parts = Parts { batches: &records, next: 0, segments: &mut self.segments, sign: &self.sign };
             match self.conn.apply_parts(|| parts.next()) {
                 Ok(()) => {
                     self.progress.applied.send_modify(|a| *a += count as u64);
                     crate::metrics::METRICS.receipt_journal_pending.set(self.progress.pending() as i64);
                     self.progress.failing_since_ms.store(0, Ordering::Relaxed);
                     backoff = Duration::from_millis(20);
-                    let newest = records.last().map_or(0, |(s, _)| *s);
+                    let newest = records.last().map_or(0, |b| b.segment);
                     if newest > deleted_below {
                         delete_below(&self.dir, newest);
                         deleted_below = newest;
@@ -647,10 +664,37 @@ impl Applier {
 /// tests, whose applies are a few hundred records.
 const PART: usize = if cfg!(test) { 50 } else { 256 };
 
+/// The applier's reads of handed-over batches from their segments: the open segment and a
+/// buffer, kept from one apply to the next.
+struct SegmentReader {
+    dir: PathBuf,
+    open: Option<(u64, std::fs::File)>,
+    buf: Vec<u8>,
+}
+
+impl SegmentReader {
+    /// The batch's journal lines, read back from its segment.
+    fn read(&mut self, batch: Batch) -> Result<&[u8], StoreError> {
+        use std::os::unix::fs::FileExt;
+        let path = segment_path(&self.dir, batch.segment);
+        let file = match &mut self.open {
+            Some((n, file)) if *n == batch.segment => file,
+            open => {
+                let file = std::fs::File::open(&path).map_err(|e| io_err(&path, e))?;
+                &open.insert((batch.segment, file)).1
+            }
+        };
+        self.buf.resize(batch.len, 0);
+        file.read_exact_at(&mut self.buf, batch.offset).map_err(|e| io_err(&path, e))?;
+        Ok(&self.buf)
+    }
+}
+
 /// The handed-over batches' records, a part at a time.
 struct Parts<'a> {
     batches: &'a Batches,
     next: usize,
+    segments: &'a mut SegmentReader,
     sign: &'a SignRecords,
 }
 
@@ -660,7 +704,7 @@ impl Parts<'_> {
     fn next(&mut self) -> Result<Option<Vec<Record>>, StoreError> {
         let mut part = Vec::new();
         while part.len() < PART {
-            let Some((_, lines)) = self.batches.get(self.next) else { break };
+            let Some(batch) = self.batches.get(self.next) else { break };
             if self.next > 0 {
                 // Idle work, but a yield between batches bounds a stint off the request threads'
                 // cores by one batch's parsing and signatures.
@@ -668,7 +712,7 @@ impl Parts<'_> {
             }
             self.next += 1;
             let start = part.len();
-            for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            for line in self.segments.read(*batch)?.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                 // Lines this process wrote a moment ago: one that does not read back is a bug,
                 // reported and retried like a failed apply, never dropped.
                 part.push(record_of(line).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?);

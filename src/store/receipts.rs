@@ -1532,7 +1532,8 @@ pub(crate) mod tests {
                     store.use_journal(progress);
                     std::thread::spawn(move || applier.run());
                     // Journaled unsigned, signed by the applier: the reference's signatures. In
-                    // batches of 60, all taken by one apply in several parts (`journal::PART`).
+                    // batches of 60, all taken by one apply in several parts (`journal::PART`),
+                    // read back from several segments (`journal::SEGMENT_BYTES`).
                     assert_eq!(journal.append(&mut Sealing::deferred(&first, &signer)).unwrap(), 5);
                     for part in second.chunks(60) {
                         assert_eq!(journal.append(&mut Sealing::deferred(part, &signer)).unwrap(), part.len());
