@@ -272,14 +272,21 @@ struct Handoff {
     applier: AtomicI32,
 }
 
-/// Where a handed-over batch's journal lines are: `len` bytes at `offset` of segment `segment`,
-/// written before the batch was handed over (the applier reads them back with one `pread`).
+/// Where handed-over journal lines are: `len` bytes at `offset` of segment `segment`, written
+/// before they were handed over. Consecutive batches of a segment are merged up to
+/// [`READ_BYTES`]: the applier reads them back with one `pread`.
 #[derive(Debug, Clone, Copy)]
 struct Batch {
     segment: u64,
     offset: u64,
     len: usize,
 }
+
+/// At most this many bytes of consecutive batches are read back at once (a batch larger than this
+/// is read alone): ~100 receipts. At a single client's pace each batch is one receipt, and a
+/// `pread` each cost the applier up to a few µs a receipt more (its CPU a request 51.3 → 52.0 and
+/// 45.5 → 51.9 µs against holding the lines, session 46).
+const READ_BYTES: usize = 64 << 10;
 
 /// Batches handed over by the writer, oldest first.
 ///
@@ -323,7 +330,17 @@ impl Handoff {
     fn push(&self, batch: Batch, n: usize, every: Duration) {
         let mut p = self.lock();
         p.count += n;
-        p.records.push(batch);
+        match p.records.last_mut() {
+            // Right after the previous batch in its segment: one read for both, up to a bound.
+            Some(last)
+                if last.segment == batch.segment
+                    && last.offset + last.len as u64 == batch.offset
+                    && last.len + batch.len <= READ_BYTES =>
+            {
+                last.len += batch.len
+            }
+            _ => p.records.push(batch),
+        }
         let first = p.due.is_none();
         if first {
             p.due = Some(Instant::now() + every);
@@ -622,7 +639,8 @@ impl Applier {
         let mut deleted_below = 0;
         while let Some((records, count)) = self.handoff.take() {
             crate::metrics::METRICS.receipt_journal_pending.set(self.progress.pending() as i64);
-            let mut parts = Parts { batches: &records, next: 0, segments: &mut self.segments, sign: &self.sign };
+            let mut parts =
+                Parts { batches: &records, next: 0, segments: &mut self.segments, sign: &self.sign, started: false };
             match self.conn.apply_parts(|| parts.next()) {
                 Ok(()) => {
                     self.progress.applied.send_modify(|a| *a += count as u64);
@@ -690,34 +708,43 @@ impl SegmentReader {
     }
 }
 
+/// Receipts parsed and signed between two yields of the applier: about one batch under load
+/// (7–9 receipts).
+const SIGN_GROUP: usize = 8;
+
 /// The handed-over batches' records, a part at a time.
 struct Parts<'a> {
     batches: &'a Batches,
     next: usize,
     segments: &'a mut SegmentReader,
     sign: &'a SignRecords,
+    started: bool,
 }
 
 impl Parts<'_> {
-    /// The next whole batches' records, at least [`PART`] of them while any are left, read back
+    /// The next whole reads' records, at least [`PART`] of them while any are left, read back
     /// and signed; None after the last.
     fn next(&mut self) -> Result<Option<Vec<Record>>, StoreError> {
         let mut part = Vec::new();
         while part.len() < PART {
             let Some(batch) = self.batches.get(self.next) else { break };
-            if self.next > 0 {
-                // Idle work, but a yield between batches bounds a stint off the request threads'
-                // cores by one batch's parsing and signatures.
-                std::thread::yield_now();
-            }
             self.next += 1;
-            let start = part.len();
-            for line in self.segments.read(*batch)?.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                // Lines this process wrote a moment ago: one that does not read back is a bug,
-                // reported and retried like a failed apply, never dropped.
-                part.push(record_of(line).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?);
+            let mut lines = self.segments.read(*batch)?.split(|b| *b == b'\n').filter(|l| !l.is_empty()).peekable();
+            while lines.peek().is_some() {
+                if self.started {
+                    // Idle work, but a yield between groups bounds a stint off the request
+                    // threads' cores by a few receipts' parsing and signatures.
+                    std::thread::yield_now();
+                }
+                self.started = true;
+                let start = part.len();
+                for line in lines.by_ref().take(SIGN_GROUP) {
+                    // Lines this process wrote a moment ago: one that does not read back is a
+                    // bug, reported and retried like a failed apply, never dropped.
+                    part.push(record_of(line).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?);
+                }
+                (self.sign)(&mut part[start..]);
             }
-            (self.sign)(&mut part[start..]);
         }
         Ok((!part.is_empty()).then_some(part))
     }
