@@ -14,12 +14,12 @@
 //!   hashed: `seq`, `prevHash` and `thisHash` fix each receipt; the writer leaves the signature
 //!   to the applier), appends the records as JSON lines to the current segment with one
 //!   `write`, and tells the applier where they are. A `write` that returned is in the page
-//!   cache: a SIGKILL cannot lose it. Like SQLite's WAL with `synchronous=NORMAL`, nothing is flushed: a
-//!   power cut can. With `receipts.durability: fsync` the `write` is followed by one `fdatasync`
-//!   of the segment before the batch counts as committed (group commit: every receipt of the
-//!   batch waits for the same flush), a new segment's directory entry is flushed before its first
-//!   record, and the applier's database commits are flushed too (`synchronous=FULL`) before the
-//!   segments they empty are deleted.
+//!   cache: a SIGKILL cannot lose it. Like SQLite's WAL with `synchronous=NORMAL`, nothing is
+//!   flushed: a power cut can. With `receipts.durability: fsync` the `write` is followed by one
+//!   `fdatasync` of the segment before the batch counts as committed (group commit: every
+//!   receipt of the batch waits for the same flush), a new segment's directory entry is flushed
+//!   before its first record, and the applier's database commits are flushed too
+//!   (`synchronous=FULL`) before the segments they empty are deleted.
 //! - [`Applier`]: a thread with the database's write connection. It reads the handed-over
 //!   batches' lines back from their segment, signs their records ([`SignRecords`]) and writes
 //!   them every `receipts.journal_apply_ms` (or at once when a reader asks), checkpoints the
@@ -282,8 +282,8 @@ struct Batch {
     len: usize,
 }
 
-/// At most this many bytes of consecutive batches are read back at once (a batch larger than this
-/// is read alone): ~100 receipts. At a single client's pace each batch is one receipt, and a
+/// At most this many bytes of consecutive batches are read back at once (a larger batch is read
+/// alone): ~100 receipts. At a single client's pace each batch is one receipt, and a
 /// `pread` each cost the applier up to a few µs a receipt more (its CPU a request 51.3 → 52.0 and
 /// 45.5 → 51.9 µs against holding the lines, session 46).
 const READ_BYTES: usize = 64 << 10;
