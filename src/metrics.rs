@@ -21,7 +21,7 @@ pub struct Metrics {
     pub receipt_commits: IntCounterVec,
     pub receipt_queue_depth: IntGauge,
     /// Receipts in the journal the applier has not written to the database yet (SQLite with
-    /// `receipts.journal`): the records it holds in memory.
+    /// `receipts.journal`): the applier reads them back from the journal's segments.
     pub receipt_journal_pending: IntGauge,
     pub receipt_batch_size: Histogram,
     pub receipt_write_seconds: Histogram,

@@ -238,7 +238,8 @@ pub fn replay(db_file: &Path, busy: Duration, rules: ChainRules, sign: &SignReco
     }
     for chunk in todo.chunks_mut(REPLAY_BATCH) {
         sign(chunk);
-        conn.apply(&chunk.iter().collect::<Vec<_>>())?;
+        let mut part = Some(chunk.iter().collect::<Vec<&Record>>());
+        conn.apply(|| Ok(part.take()))?;
     }
     let below = newest.map_or(0, |n| n + 1);
     delete_below(&dir, below);
@@ -641,7 +642,7 @@ impl Applier {
             crate::metrics::METRICS.receipt_journal_pending.set(self.progress.pending() as i64);
             let mut parts =
                 Parts { batches: &records, next: 0, segments: &mut self.segments, sign: &self.sign, started: false };
-            match self.conn.apply_parts(|| parts.next()) {
+            match self.conn.apply(|| parts.next()) {
                 Ok(()) => {
                     self.progress.applied.send_modify(|a| *a += count as u64);
                     crate::metrics::METRICS.receipt_journal_pending.set(self.progress.pending() as i64);

@@ -543,24 +543,17 @@ impl SqliteAppender {
     }
 
     /// Writes records sealed elsewhere (the receipt journal's) in one `BEGIN IMMEDIATE`
-    /// transaction. The records must continue their tenants' chains (the caller's job: the
-    /// journal seals after the heads it keeps, and replay skips what is already stored).
-    pub fn apply(&mut self, records: &[&Record]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
-        // Between statements (≤ 128 receipts, ~0.4 ms) the applier lets a waiting request
-        // thread have the core: see `APPLIER_PACE`.
-        write_records(&tx, records, self.rules, APPLIER_PACE)?;
-        tx.commit().map_err(sqlite_err)
-    }
-
-    /// [`SqliteAppender::apply`] for records that arrive in parts (the receipt journal's applier
-    /// reads its lines back a few hundred records at a time): every part in one transaction,
-    /// `next` called until it returns None.
-    pub fn apply_parts(
+    /// transaction, as they arrive in parts: `next` is called until it returns None (the
+    /// journal's applier reads its lines back a few hundred records at a time; replay hands over
+    /// one part). The records must continue their tenants' chains (the caller's job: the journal
+    /// seals after the heads it keeps, and replay skips what is already stored).
+    pub fn apply<R: std::borrow::Borrow<Record>>(
         &mut self,
-        mut next: impl FnMut() -> Result<Option<Vec<Record>>, StoreError>,
+        mut next: impl FnMut() -> Result<Option<Vec<R>>, StoreError>,
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
+        // Between statements (≤ 128 receipts, ~0.4 ms) and parts the applier lets a waiting
+        // request thread have the core: see `APPLIER_PACE`.
         while let Some(part) = next()? {
             write_records(&tx, &part, self.rules, APPLIER_PACE)?;
             APPLIER_PACE();
