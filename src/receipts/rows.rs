@@ -65,20 +65,13 @@ impl Seal for Sealing<'_> {
 }
 
 /// Signs the records that [`Sealing::deferred`] left unsigned (the receipt journal's applier,
-/// and its replay at start) with `signer`, whose key id the row then names: the canonical bytes
-/// sealing kept with the record (its journal line's `"c"`), or for a line without them (an
-/// earlier version's) the bytes rebuilt from its row as a verifier rebuilds them from the
-/// stored row; a row whose rebuilt bytes do not hash to its `thisHash` is logged (it would fail
-/// verification however it is signed). Records signed already are left as they are. A unit
-/// test holds the kept bytes equal to the rebuilt ones, and both signatures equal.
+/// and its replay at start): each one's canonical bytes are rebuilt from its row as a verifier
+/// rebuilds them from the stored row, and signed with `signer`, whose key id the row then
+/// names. Records signed already are left as they are. A row whose bytes do not hash to its
+/// `thisHash` is logged: it would fail verification however it is signed.
 pub fn sign_records(records: &mut [Record], signer: &Signer) {
     seal::for_each_parallel(records, |r| {
         if !r.unsigned() {
-            return;
-        }
-        if let Some(bytes) = r.take_canonical() {
-            // Sealing hashed these very bytes into the row's `thisHash`.
-            r.set_signature(signature_b64(&signer.sign(bytes.as_bytes())), signer.key_id.as_str().into());
             return;
         }
         let bytes = match super::stored::canonical_of(r.as_row()) {
@@ -166,19 +159,7 @@ const _: () = {
 /// The records of a sealed batch, in sealing order.
 pub fn records(sealed: &SealedBatch<'_>, key_id: &str) -> Vec<Record> {
     let mut binder = Binder::new(key_id, sealed.signed());
-    let signed = sealed.signed();
-    sealed
-        .rows()
-        .iter()
-        .map(|row| {
-            let r = record(&mut binder, row);
-            if signed {
-                r
-            } else {
-                r.with_canonical(sealed.canonical(row))
-            }
-        })
-        .collect()
+    sealed.rows().iter().map(|row| record(&mut binder, row)).collect()
 }
 
 /// One sealed row's record: its column values, guardrail events and webhook outbox rows.
@@ -319,45 +300,6 @@ mod tests {
         let mut again = signed.clone();
         sign_records(&mut again, &Signer::from_seed(&[9u8; 32]));
         assert_eq!(again, signed);
-    }
-
-    /// The applier's fast path against its slow reference: the canonical bytes sealing keeps
-    /// with an unsigned record, and that its journal line carries, are the bytes rebuilt from its
-    /// row; records signed from a line with them and from a line without them (an earlier
-    /// version's) are the same records.
-    #[test]
-    fn kept_canonical_bytes_are_the_rebuilt_ones() {
-        let drafts: Vec<Draft> = (0..40).map(|i| draft(if i % 3 == 0 { "b" } else { "a" }, i)).collect();
-        let signer = Signer::from_seed(&[7u8; 32]);
-        let kept = seal(&mut Sealing::deferred(&drafts, &signer));
-        let line = |r: &Record| {
-            let mut buf = Vec::new();
-            r.write_line(&mut buf).unwrap();
-            assert_eq!(buf.pop(), Some(b'\n'));
-            serde_json::from_slice::<Record>(&buf).unwrap()
-        };
-        let mut with: Vec<Record> = kept.iter().map(line).collect();
-        let mut without: Vec<Record> = kept
-            .iter()
-            .cloned()
-            .map(|mut r| {
-                line(&{
-                    r.take_canonical();
-                    r
-                })
-            })
-            .collect();
-        for ((r, w), o) in kept.iter().zip(&mut with).zip(&mut without) {
-            let rebuilt = canonical_of(r.as_row()).unwrap();
-            assert_eq!(r.clone().take_canonical().unwrap().as_bytes(), rebuilt, "seq {}", r.seq());
-            assert_eq!(w.clone().take_canonical().unwrap().as_bytes(), rebuilt, "through the line");
-            assert_eq!(o.clone().take_canonical(), None);
-            assert_eq!(format!("{:?}", w.as_row()), format!("{:?}", r.as_row()));
-        }
-        sign_records(&mut with, &signer);
-        sign_records(&mut without, &signer);
-        assert!(!with.iter().any(Record::unsigned));
-        assert_eq!(with, without);
     }
 
     /// A journal replayed after the signing key was rotated: the new key signs, and the row

@@ -554,7 +554,8 @@ impl JournalWriter {
         let records = seal.seal(heads);
         self.buf.clear();
         for r in &records {
-            r.write_line(&mut self.buf).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?;
+            serde_json::to_writer(&mut self.buf, r).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?;
+            self.buf.push(b'\n');
         }
         let offset = self.write()?;
         for (tenant, head) in super::receipts::batch_ends(&records).map(Record::head) {

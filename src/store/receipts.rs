@@ -600,19 +600,6 @@ pub struct Record {
     /// The virtual key whose spend the receipt's cost adds to.
     #[serde(rename = "k")]
     spend_key: Arc<str>,
-    /// The receipt's canonical bytes (a JSON object), while it waits for its signature: the
-    /// receipt journal writes them into the record's line (`"c"`, [`Record::write_line`]) and
-    /// its applier signs them as they are, instead of rebuilding them from the row and hashing
-    /// them again (`receipts::rows::sign_records`; ~1.9 µs a receipt of the applier's 20 with
-    /// every check on, session 48). Lines of earlier versions have none: they are rebuilt.
-    #[serde(rename = "c", default, skip_serializing, deserialize_with = "raw_json")]
-    canonical: Option<Box<str>>,
-}
-
-/// A JSON value's text as it stands in the input (a journal line's canonical bytes).
-fn raw_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
-    use serde::Deserialize;
-    Ok(Some(Box::<serde_json::value::RawValue>::deserialize(d)?.into()))
 }
 
 /// The place of column `name` in [`RECEIPT_COLUMNS`] (and in a record's row), found at compile
@@ -671,33 +658,7 @@ impl Record {
     /// A record of `row` (values in [`RECEIPT_COLUMNS`] order), its guardrail events
     /// ([`EVENT_VALUES`] values each), its webhook outbox rows and the key its cost adds to.
     pub fn new(row: Vec<Value>, events: Vec<Vec<Value>>, outbox: Vec<Vec<Value>>, spend_key: Arc<str>) -> Record {
-        Record { row, events, outbox, attempts: Vec::new(), spend_key, canonical: None }
-    }
-
-    /// Keeps the receipt's canonical bytes with its unsigned record, for the journal's line.
-    pub fn with_canonical(mut self, bytes: &[u8]) -> Record {
-        self.canonical = std::str::from_utf8(bytes).ok().map(Into::into);
-        self
-    }
-
-    /// Takes the canonical bytes the record was journaled with (None: rebuild them from the row).
-    pub fn take_canonical(&mut self) -> Option<Box<str>> {
-        self.canonical.take()
-    }
-
-    /// Appends the record's journal line (JSON, then `\n`) to `buf`: its serialized fields,
-    /// and its canonical bytes as they are (member `"c"`, a JSON object: no escaping, no
-    /// second serialization).
-    pub fn write_line(&self, buf: &mut Vec<u8>) -> serde_json::Result<()> {
-        serde_json::to_writer(&mut *buf, self)?;
-        if let Some(c) = &self.canonical {
-            buf.pop(); // the record's closing brace
-            buf.extend_from_slice(b",\"c\":");
-            buf.extend_from_slice(c.as_bytes());
-            buf.push(b'}');
-        }
-        buf.push(b'\n');
-        Ok(())
+        Record { row, events, outbox, attempts: Vec::new(), spend_key }
     }
 
     fn text(&self, i: usize) -> &str {
@@ -874,8 +835,8 @@ fn write_records<R: std::borrow::Borrow<Record>>(
         }
         // `OR FAIL`, not the default `ABORT`: a statement of several rows that may abort makes
         // SQLite copy every page it touches to a statement journal first, to undo the statement
-        // alone (~0.9 µs a receipt of the applier's 20 with every check on, session 48). Any
-        // error here rolls the whole transaction back anyway.
+        // alone (~0.9 µs a receipt of the applier's 20 with every check on, perf, session 48).
+        // Any error here rolls the whole transaction back anyway.
         let sql = format!(
             "INSERT OR FAIL INTO receipts ({}) VALUES {}",
             *INSERT_COLUMNS,
