@@ -1484,6 +1484,45 @@ pub(crate) mod tests {
         appended_receipts_read_back_as_sealed(Via::Replayed);
     }
 
+    /// An apply that fails part-way (a receipt id already taken, in its second INSERT statement)
+    /// leaves nothing of its transaction: `INSERT OR FAIL` keeps the rows the failing statement
+    /// inserted before the conflict, and the first statement's, only until the transaction rolls
+    /// back.
+    #[test]
+    fn an_apply_that_fails_part_way_leaves_nothing_of_its_transaction() {
+        let dir = std::env::temp_dir().join(format!("tollgate-receipts-{}", uuid::Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}", dir.join("r.db").display());
+        super::super::db_runtime().block_on(async {
+            let store = Store::connect(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            let signer = Signer::from_seed(&[7u8; 32]);
+            let drafts: Vec<Draft> = (0..200).map(|i| draft("tenant-a", i)).collect();
+            let mut records = sealing_again(&drafts, &signer);
+            const ID: usize = column("receipt_id");
+            records[150].row[ID] = records[3].row[ID].clone();
+            let file = store.sqlite_file().unwrap().to_path_buf();
+            let mut appender = SqliteAppender::open(&file, std::time::Duration::from_secs(5), RULES).unwrap();
+            let mut part = Some(records.iter().collect::<Vec<&Record>>());
+            let err = appender.apply(|| Ok(part.take())).unwrap_err();
+            assert!(err.to_string().contains("UNIQUE"), "{err}");
+            assert_eq!(count_all(&store).await.unwrap(), 0);
+            assert!(appender.head("tenant-a").unwrap().is_none());
+            // The same records without the conflict go in whole.
+            records[150] = sealing_again(&drafts, &signer).swap_remove(150);
+            let mut part = Some(records.iter().collect::<Vec<&Record>>());
+            appender.apply(|| Ok(part.take())).unwrap();
+            assert_eq!(count_all(&store).await.unwrap(), 200);
+        });
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// `drafts` sealed, signed, after the genesis head.
+    fn sealing_again(drafts: &[Draft], signer: &Signer) -> Vec<Record> {
+        let mut sealing = Sealing::new(drafts, signer);
+        let heads = sealing.tenants().map(|_| RULES.genesis_head()).collect();
+        sealing.seal(heads)
+    }
+
     #[derive(Debug, Clone, Copy, PartialEq)]
     enum Via {
         Reference,
