@@ -269,14 +269,14 @@ impl<'a> Binder<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::receipts::canonical::verify_signature;
     use crate::receipts::stored::canonical_of;
     use crate::store::receipts::tests::draft;
 
     /// Seals after every tenant's genesis head.
-    fn seal(sealing: &mut Sealing<'_>) -> Vec<Record> {
+    pub(crate) fn seal(sealing: &mut Sealing<'_>) -> Vec<Record> {
         let heads = sealing.tenants().map(|_| Head::genesis()).collect();
         sealing.seal(heads)
     }

@@ -1324,6 +1324,7 @@ pub(super) fn values_list(backend: Backend, rows: usize, per_row: usize) -> Stri
 pub(crate) mod tests {
     use super::*;
     use crate::receipts::canonical::Check;
+    use crate::receipts::rows::tests::seal;
     use crate::receipts::rows::{append_batch, signature_b64, Sealing, RULES};
     use crate::receipts::seal::Batch;
     use crate::receipts::signer::Signer;
@@ -1497,7 +1498,7 @@ pub(crate) mod tests {
             store.migrate().await.unwrap();
             let signer = Signer::from_seed(&[7u8; 32]);
             let drafts: Vec<Draft> = (0..200).map(|i| draft("tenant-a", i)).collect();
-            let mut records = sealing_again(&drafts, &signer);
+            let mut records = seal(&mut Sealing::new(&drafts, &signer));
             const ID: usize = column("receipt_id");
             records[150].row[ID] = records[3].row[ID].clone();
             let file = store.sqlite_file().unwrap().to_path_buf();
@@ -1508,19 +1509,12 @@ pub(crate) mod tests {
             assert_eq!(count_all(&store).await.unwrap(), 0);
             assert!(appender.head("tenant-a").unwrap().is_none());
             // The same records without the conflict go in whole.
-            records[150] = sealing_again(&drafts, &signer).swap_remove(150);
+            records[150] = seal(&mut Sealing::new(&drafts, &signer)).swap_remove(150);
             let mut part = Some(records.iter().collect::<Vec<&Record>>());
             appender.apply(|| Ok(part.take())).unwrap();
             assert_eq!(count_all(&store).await.unwrap(), 200);
         });
         let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// `drafts` sealed, signed, after the genesis head.
-    fn sealing_again(drafts: &[Draft], signer: &Signer) -> Vec<Record> {
-        let mut sealing = Sealing::new(drafts, signer);
-        let heads = sealing.tenants().map(|_| RULES.genesis_head()).collect();
-        sealing.seal(heads)
     }
 
     #[derive(Debug, Clone, Copy, PartialEq)]
