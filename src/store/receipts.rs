@@ -1364,8 +1364,7 @@ pub(crate) mod tests {
     /// first: 300 receipts are 128 + 128 + 32 + 8 + 1 × 4 rows, eight statements, seven yields.
     #[test]
     fn an_apply_paces_between_its_insert_statements() {
-        let dir = std::env::temp_dir().join(format!("tollgate-pace-{}", uuid::Uuid::new_v4().simple()));
-        let url = format!("sqlite://{}", dir.join("r.db").display());
+        let (dir, url) = temp_sqlite("pace");
         let file = super::super::db_runtime().block_on(async {
             let store = Store::connect(&url).await.unwrap();
             store.migrate().await.unwrap();
@@ -1491,8 +1490,7 @@ pub(crate) mod tests {
     /// back.
     #[test]
     fn an_apply_that_fails_part_way_leaves_nothing_of_its_transaction() {
-        let dir = std::env::temp_dir().join(format!("tollgate-receipts-{}", uuid::Uuid::new_v4().simple()));
-        let url = format!("sqlite://{}", dir.join("r.db").display());
+        let (dir, url) = temp_sqlite("receipts");
         super::super::db_runtime().block_on(async {
             let store = Store::connect(&url).await.unwrap();
             store.migrate().await.unwrap();
@@ -1517,6 +1515,14 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// A fresh directory for a test database (`<dir>/r.db`) and its URL; the test removes the
+    /// directory when done.
+    fn temp_sqlite(what: &str) -> (std::path::PathBuf, String) {
+        let dir = std::env::temp_dir().join(format!("tollgate-{what}-{}", uuid::Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}", dir.join("r.db").display());
+        (dir, url)
+    }
+
     #[derive(Debug, Clone, Copy, PartialEq)]
     enum Via {
         Reference,
@@ -1526,8 +1532,7 @@ pub(crate) mod tests {
     }
 
     fn appended_receipts_read_back_as_sealed(via: Via) {
-        let dir = std::env::temp_dir().join(format!("tollgate-receipts-{}", uuid::Uuid::new_v4().simple()));
-        let url = format!("sqlite://{}", dir.join("r.db").display());
+        let (dir, url) = temp_sqlite("receipts");
         super::super::db_runtime().block_on(async {
             let store = Store::connect(&url).await.unwrap();
             store.migrate().await.unwrap();
@@ -1736,8 +1741,7 @@ pub(crate) mod tests {
     /// Without that step the log (and the file) grew with every batch, forever.
     #[test]
     fn the_writer_finishing_a_checkpoint_starts_the_wal_over() {
-        let dir = std::env::temp_dir().join(format!("tollgate-wal-{}", uuid::Uuid::new_v4().simple()));
-        let url = format!("sqlite://{}", dir.join("r.db").display());
+        let (dir, url) = temp_sqlite("wal");
         let store = migrated(&url);
         let file = store.sqlite_file().unwrap().to_path_buf();
         let signer = Signer::from_seed(&[7u8; 32]);
