@@ -210,15 +210,15 @@ fn a_journal_written_before_the_field_replays_with_the_latency_unknown() {
         .collect();
     g.signal_and_wait(9);
 
-    // Each journaled record as an older version wrote it: its row without the last value.
+    // Each journaled record as an older version wrote it: a JSON line (the journal's format
+    // before session 50), its row without the last value.
     let dir = g.dir.join("tollgate.db.receipts");
     let mut rewritten = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
         let mut out = String::new();
-        for line in text.lines() {
-            let mut record: Value = serde_json::from_str(line).unwrap();
+        for record in tollgate::store::journal::read_segment(&path, true).unwrap() {
+            let mut record = serde_json::to_value(&record).unwrap();
             let row = record["r"].as_array_mut().unwrap();
             assert!(row.last().unwrap().is_i64() || row.last().unwrap().is_null(), "latency_us is the last value");
             row.pop();
@@ -226,7 +226,8 @@ fn a_journal_written_before_the_field_replays_with_the_latency_unknown() {
             out.push_str(&record.to_string());
             out.push('\n');
         }
-        std::fs::write(&path, out).unwrap();
+        std::fs::write(path.with_extension("jsonl"), out).unwrap();
+        std::fs::remove_file(&path).unwrap();
     }
     assert!(rewritten >= 3, "the calls were still in the journal: {rewritten} lines");
 

@@ -6,13 +6,13 @@
 //! three indexes, the chain head and the spend row into the WAL (~8 frames of 2 KiB for a
 //! single receipt, session 26), and the checkpoint copies and flushes them; on these VMs the
 //! flushes stall every process's writes (single-client p99 +3 ms over bare Pingora). A journal
-//! line is ~1 KB, one `write` a batch; the database then takes hundreds of receipts a
+//! record is ~1 KB, one `write` a batch; the database then takes hundreds of receipts a
 //! transaction and checkpoints rarely.
 //!
 //! - [`JournalWriter`]: the writer's side. It keeps every tenant's chain head in memory (read
 //!   from the database the first time a tenant is seen), seals a batch after them (chained and
 //!   hashed: `seq`, `prevHash` and `thisHash` fix each receipt; the writer leaves the signature
-//!   to the applier), appends the records as JSON lines to the current segment with one
+//!   to the applier), appends the records as frames (`store::receipts::frame`) to the current segment with one
 //!   `write`, and tells the applier where they are. A `write` that returned is in the page
 //!   cache: a SIGKILL cannot lose it. Like SQLite's WAL with `synchronous=NORMAL`, nothing is
 //!   flushed: a power cut can. With `receipts.durability: fsync` the `write` is followed by one
@@ -21,7 +21,7 @@
 //!   before its first record, and the applier's database commits are flushed too
 //!   (`synchronous=FULL`) before the segments they empty are deleted.
 //! - [`Applier`]: a thread with the database's write connection. It reads the handed-over
-//!   batches' lines back from their segment, signs their records ([`SignRecords`]) and writes
+//!   batches' records back from their segment, signs their records ([`SignRecords`]) and writes
 //!   them every `receipts.journal_apply_ms` (or at once when a reader asks), checkpoints the
 //!   WAL itself between two applies, and deletes the segments whose records are all in the
 //!   database.
@@ -43,6 +43,7 @@ use foldhash::HashMap;
 
 pub use super::progress::Progress;
 use super::progress::{now_ms, Flush};
+use super::receipts::frame::{self, Frame};
 use super::receipts::{sqlite_head, ChainRules, Head, Record, Seal, SqliteAppender};
 use super::{Durability, StoreError};
 
@@ -105,9 +106,15 @@ pub fn claim(db_file: &Path, exclusive: bool) -> Result<std::fs::File, StoreErro
     }
 }
 
+/// The segment this version writes: records as frames (`store::receipts::frame`).
 fn segment_path(dir: &Path, n: u64) -> PathBuf {
-    dir.join(format!("{n:012}.jsonl"))
+    dir.join(format!("{n:012}.{FRAMES}"))
 }
+
+/// The extension of segments of frames; `.jsonl` segments hold JSON lines, as versions before
+/// session 50 wrote them (read at start only: a replay after an upgrade).
+const FRAMES: &str = "rec";
+const LINES: &str = "jsonl";
 
 /// The segments in `dir`, oldest first.
 fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
@@ -119,11 +126,8 @@ fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     let mut found = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| io_err(dir, e))?.path();
-        let n = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".jsonl"))
-            .and_then(|n| n.parse::<u64>().ok());
+        let is_segment = matches!(path.extension().and_then(|e| e.to_str()), Some(FRAMES | LINES));
+        let n = path.file_stem().and_then(|n| n.to_str()).filter(|_| is_segment).and_then(|n| n.parse::<u64>().ok());
         if let Some(n) = n {
             found.push((n, path));
         }
@@ -155,10 +159,40 @@ fn delete_below(dir: &Path, below: u64) {
     }
 }
 
-/// Reads a segment's records. A last line without its newline is a write cut short by a crash
-/// (its request never had an answer): left out when `last` is the newest segment, an error
-/// anywhere else, as is any line that is not a record.
-fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
+/// Reads a segment's records, of either format. A last record cut short is a write cut short by
+/// a crash (its request never had an answer): left out when `newest` is the newest segment, an
+/// error anywhere else, as is anything that is not a record.
+pub fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
+    if path.extension().and_then(|e| e.to_str()) == Some(LINES) {
+        return read_lines(path, newest);
+    }
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    let mut records = Vec::new();
+    let mut at = 0;
+    loop {
+        match frame::decode(&bytes[at..]).well_formed() {
+            Frame::Record(r, len) => {
+                records.push(r);
+                at += len;
+            }
+            Frame::Bad(e) => return Err(bad_frame(path, at, &e)),
+            Frame::End => return Ok(records),
+            Frame::Cut if newest => {
+                log::warn!("receipt journal {}: the record at byte {at} was cut short; left out", path.display());
+                return Ok(records);
+            }
+            Frame::Cut => return Err(bad_frame(path, at, "cut short")),
+        }
+    }
+}
+
+fn bad_frame(path: &Path, at: usize, e: &str) -> StoreError {
+    StoreError::Other(format!("receipt journal {}: the record at byte {at}: {e}", path.display()))
+}
+
+/// Reads a segment of JSON lines (an earlier version's). A last line without its newline is
+/// a write cut short, as a frame cut short is in [`read_segment`].
+fn read_lines(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
     let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let mut reader = std::io::BufReader::new(file);
     let mut records = Vec::new();
@@ -273,7 +307,7 @@ struct Handoff {
     applier: AtomicI32,
 }
 
-/// Where handed-over journal lines are: `len` bytes at `offset` of segment `segment`, written
+/// Where handed-over journal records are: `len` bytes at `offset` of segment `segment`, written
 /// before they were handed over. Consecutive batches of a segment are merged up to
 /// [`READ_BYTES`]: the applier reads them back with one `pread`.
 #[derive(Debug, Clone, Copy)]
@@ -291,10 +325,10 @@ const READ_BYTES: usize = 64 << 10;
 
 /// Batches handed over by the writer, oldest first.
 ///
-/// Why where the lines are and not the lines or the [`Record`]s: flat out the applier trails by
+/// Why where the records are and not their bytes or the [`Record`]s: flat out the applier trails by
 /// thousands of records (peaks of 8 000 at 32 clients and 33 000 at 1 000, session 45), and a
-/// pending record held in the heap took ~1.4 KiB as values, ~550–800 bytes as its journal line,
-/// and the heap kept the high-water mark for the allocator's purge delay. The lines are in the
+/// pending record held in the heap took ~1.4 KiB as values, ~550–800 bytes as its journal line (JSON then),
+/// and the heap kept the high-water mark for the allocator's purge delay. The records are in the
 /// segment, written a moment ago and still in the page cache: reading them back is a copy out of
 /// the kernel, and a pending batch costs the applier 24 bytes. Parsing them again is the
 /// applier's work, off the request path.
@@ -554,8 +588,7 @@ impl JournalWriter {
         let records = seal.seal(heads);
         self.buf.clear();
         for r in &records {
-            serde_json::to_writer(&mut self.buf, r).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?;
-            self.buf.push(b'\n');
+            frame::encode(r, &mut self.buf);
         }
         let offset = self.write()?;
         for (tenant, head) in super::receipts::batch_ends(&records).map(Record::head) {
@@ -679,7 +712,7 @@ impl Applier {
 }
 
 /// Records per part of an apply: the applier holds one part's records at a time, read back
-/// from their lines and signed (a few hundred KiB, not the whole backlog's). Smaller in unit
+/// from their frames and signed (a few hundred KiB, not the whole backlog's). Smaller in unit
 /// tests, whose applies are a few hundred records.
 const PART: usize = if cfg!(test) { 50 } else { 256 };
 
@@ -692,7 +725,7 @@ struct SegmentReader {
 }
 
 impl SegmentReader {
-    /// The batch's journal lines, read back from its segment.
+    /// The batch's frames, read back from its segment.
     fn read(&mut self, batch: Batch) -> Result<&[u8], StoreError> {
         use std::os::unix::fs::FileExt;
         let path = segment_path(&self.dir, batch.segment);
@@ -730,8 +763,8 @@ impl Parts<'_> {
         while part.len() < PART {
             let Some(batch) = self.batches.get(self.next) else { break };
             self.next += 1;
-            let mut lines = self.segments.read(*batch)?.split(|b| *b == b'\n').filter(|l| !l.is_empty()).peekable();
-            while lines.peek().is_some() {
+            let mut frames = self.segments.read(*batch)?;
+            while !frames.is_empty() {
                 if self.started {
                     // Idle work, but a yield between groups bounds a stint off the request
                     // threads' cores by a few receipts' parsing and signatures.
@@ -739,10 +772,14 @@ impl Parts<'_> {
                 }
                 self.started = true;
                 let start = part.len();
-                for line in lines.by_ref().take(SIGN_GROUP) {
-                    // Lines this process wrote a moment ago: one that does not read back is a
+                while part.len() - start < SIGN_GROUP && !frames.is_empty() {
+                    // Frames this process wrote a moment ago: one that does not read back is a
                     // bug, reported and retried like a failed apply, never dropped.
-                    part.push(record_of(line).map_err(|e| StoreError::Other(format!("receipt journal: {e}")))?);
+                    let Frame::Record(r, len) = frame::decode(frames).well_formed() else {
+                        return Err(StoreError::Other("receipt journal: a record written does not read back".into()));
+                    };
+                    part.push(r);
+                    frames = &frames[len..];
                 }
                 (self.sign)(&mut part[start..]);
             }

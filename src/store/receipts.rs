@@ -17,6 +17,9 @@ use super::spend::Deltas;
 pub use super::value::Value;
 use super::{Backend, ChainPool, Store, StoreError};
 
+/// The receipt journal's binary record.
+pub(super) mod frame;
+
 /// A tenant's chain head: the newest receipt's `seq` and `thisHash`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
@@ -1595,7 +1598,8 @@ pub(crate) mod tests {
                     let segment = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
                     // A write cut short by the kill: its request had no answer.
                     let mut f = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
-                    std::io::Write::write_all(&mut f, b"{\"r\":[\"tenant-a\",301,").unwrap();
+                    // (A frame of 500 bytes of which 2 were written.)
+                    std::io::Write::write_all(&mut f, b"\xf4\x01\x00\x00\x01\x02\x03\x04\x03\x00").unwrap();
                     drop(f);
                     assert_eq!(super::super::journal::replay(&file, five, RULES, &sign()).unwrap(), 300);
                     assert_eq!(
