@@ -55,9 +55,15 @@ pub const TOTAL: &str = "total";
 /// `YYYY-MM` of `now` in UTC: the period key of monthly spend.
 pub fn month_key(now: DateTime<Utc>) -> String {
     use chrono::Datelike;
-    // Runs for every request that costs money; chrono's `format` re-parses its pattern.
+    // Runs several times for every request that costs money: written digit by digit (`format!`
+    // was 0.7 % of the proxy threads' time with every check on, session 50; chrono's `format`
+    // re-parses its pattern).
     match now.year() {
-        y @ 0..=9999 => format!("{y:04}-{:02}", now.month()),
+        y @ 0..=9999 => {
+            let (y, m) = (y as u32, now.month());
+            let digits = [y / 1000, y / 100 % 10, y / 10 % 10, y % 10, 10, m / 10, m % 10];
+            digits.iter().map(|&d| if d == 10 { '-' } else { char::from(b'0' + d as u8) }).collect()
+        }
         _ => now.format("%Y-%m").to_string(),
     }
 }
@@ -71,6 +77,12 @@ mod tests {
         let t = Utc.with_ymd_and_hms(2025, 12, 31, 23, 59, 59).unwrap();
         assert_eq!(Period::Monthly.key(t), "2025-12");
         assert_eq!(Period::Total.key(t), "total");
+        for (y, m, key) in [(2026, 1, "2026-01"), (999, 10, "0999-10"), (10_000, 3, "+10000-03"), (-1, 12, "-0001-12")]
+        {
+            let t = Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).unwrap();
+            assert_eq!(month_key(t), key, "{y}-{m}");
+            assert_eq!(month_key(t), t.format("%Y-%m").to_string(), "what chrono writes");
+        }
         assert_eq!(Period::Monthly.resets_at(t), Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).single());
         let t = Utc.with_ymd_and_hms(2025, 2, 1, 0, 0, 0).unwrap();
         assert_eq!(Period::Monthly.resets_at(t), Utc.with_ymd_and_hms(2025, 3, 1, 0, 0, 0).single());
