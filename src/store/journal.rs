@@ -116,6 +116,10 @@ fn segment_path(dir: &Path, n: u64) -> PathBuf {
 const FRAMES: &str = "rec";
 const LINES: &str = "jsonl";
 
+fn extension(path: &Path) -> Option<&str> {
+    path.extension().and_then(|e| e.to_str())
+}
+
 /// The segments in `dir`, oldest first.
 fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     let entries = match std::fs::read_dir(dir) {
@@ -126,7 +130,7 @@ fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     let mut found = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| io_err(dir, e))?.path();
-        let is_segment = matches!(path.extension().and_then(|e| e.to_str()), Some(FRAMES | LINES));
+        let is_segment = matches!(extension(&path), Some(FRAMES | LINES));
         let n = path.file_stem().and_then(|n| n.to_str()).filter(|_| is_segment).and_then(|n| n.parse::<u64>().ok());
         if let Some(n) = n {
             found.push((n, path));
@@ -163,7 +167,7 @@ fn delete_below(dir: &Path, below: u64) {
 /// a crash (its request never had an answer): left out when `newest` is the newest segment, an
 /// error anywhere else, as is anything that is not a record.
 pub fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
-    if path.extension().and_then(|e| e.to_str()) == Some(LINES) {
+    if extension(path) == Some(LINES) {
         return read_lines(path, newest);
     }
     let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;

@@ -2,7 +2,8 @@
 //! frame, `length` (u32, little-endian) and `crc` (CRC-32 of the payload, u32) then the payload:
 //! the row's values, the guardrail events', the outbox rows', the attempts' and the spend key.
 //! A value is a tag byte and its bytes: `0` null, `1` an integer (i64), `2` a real (f64 bits),
-//! `3` a text (u32 length, UTF-8). Lists are a u16 count and their items.
+//! `3` a text (u32 length, UTF-8). Lists are a u32 count and their items (a request's guardrail
+//! events have no bound).
 //!
 //! Why not the JSON lines of earlier versions (segments `*.jsonl`, still read at start): the
 //! writer's JSON and the applier's parse of it were ~2 µs a receipt of the ~50 µs a request cost
@@ -40,7 +41,7 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
 }
 
 fn count(out: &mut Vec<u8>, n: usize) {
-    out.extend_from_slice(&(n as u16).to_le_bytes());
+    out.extend_from_slice(&(n as u32).to_le_bytes());
 }
 
 fn values(out: &mut Vec<u8>, values: &[Value]) {
@@ -65,7 +66,7 @@ fn values(out: &mut Vec<u8>, values: &[Value]) {
 }
 
 fn text(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    count(out, s.len());
     out.extend_from_slice(s.as_bytes());
 }
 
@@ -88,11 +89,10 @@ pub fn decode(buf: &[u8]) -> Frame {
     if buf.is_empty() {
         return Frame::End;
     }
-    let Some(header) = buf.get(..HEADER) else { return Frame::Cut };
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-    let Some(payload) = buf.get(HEADER..HEADER + len) else { return Frame::Cut };
-    if crc32fast::hash(payload) != crc {
+    let mut header = Cursor(buf);
+    let (Some(len), Some(crc)) = (header.count(), header.count()) else { return Frame::Cut };
+    let Some(payload) = header.take(len) else { return Frame::Cut };
+    if crc32fast::hash(payload) as usize != crc {
         return Frame::Cut;
     }
     match record(&mut Cursor(payload)) {
@@ -124,8 +124,9 @@ impl<'a> Cursor<'a> {
         self.take(1).map(|b| b[0])
     }
 
+    /// A u32: a count, a length or a CRC.
     fn count(&mut self) -> Option<usize> {
-        self.take(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        self.take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
     }
 
     fn u64(&mut self) -> Option<u64> {
@@ -133,7 +134,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn text(&mut self) -> Option<Arc<str>> {
-        let len = self.take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)?;
+        let len = self.count()?;
         std::str::from_utf8(self.take(len)?).ok().map(Arc::from)
     }
 
@@ -215,6 +216,16 @@ mod tests {
         assert!(matches!(decode(&two[2 * one..]), Frame::End));
     }
 
+    /// More guardrail events than a u16 counts (a request's findings have no bound).
+    #[test]
+    fn a_record_with_seventy_thousand_events_reads_back() {
+        let mut r = record();
+        r.events = vec![vec![Value::Int(1); crate::store::receipts::EVENT_VALUES]; 70_000];
+        let Frame::Record(back, _) = decode(&framed(&r)).well_formed() else { panic!("not a record") };
+        assert_eq!(back.events.len(), 70_000);
+        assert_eq!(back, r);
+    }
+
     #[test]
     fn a_frame_cut_short_or_damaged_is_cut_and_a_payload_that_is_not_a_record_is_bad() {
         let bytes = framed(&record());
@@ -225,7 +236,7 @@ mod tests {
         damaged[HEADER + 20] ^= 1;
         assert!(matches!(decode(&damaged), Frame::Cut), "a changed byte fails the CRC");
         // A whole frame whose payload has a byte too many, or an unknown tag.
-        for payload in [[&bytes[HEADER..], &[0][..]].concat(), vec![0, 1, 9]] {
+        for payload in [[&bytes[HEADER..], &[0][..]].concat(), vec![1, 0, 0, 0, 9]] {
             let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
             frame.extend(crc32fast::hash(&payload).to_le_bytes());
             frame.extend(&payload);
