@@ -179,7 +179,10 @@ fn write_checks(out: &mut Vec<u8>, checks: &[Check]) {
 /// A JSON string as RFC 8785 writes it.
 fn string(out: &mut Vec<u8>, s: &str) {
     // Most values need no escaping (RFC 8785 escapes only `"`, `\\` and controls): copy them.
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    // A fold, not `all`: without the early exit the compiler checks 16 bytes at a time (ten of a
+    // receipt's strings 88 → 47 ns, session 51; ~25 strings a receipt, written by the writer and
+    // again by the applier).
+    if !s.bytes().fold(false, |escape, b| escape | (b < 0x20) | (b == b'"') | (b == b'\\')) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -217,6 +220,29 @@ pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// The copy of strings that need no escaping against serde_json's writer (RFC 8785's
+    /// strings are JSON's): every ASCII byte, alone and at each place of longer strings, and
+    /// strings with non-ASCII letters.
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        let mut cases: Vec<String> = vec!["".into(), "é😀".into(), "a\u{7f}b".into(), "\u{2028}".into()];
+        for b in 0..0x80u8 {
+            for len in [1, 15, 16, 17, 40] {
+                for at in [0, len / 2, len - 1] {
+                    let mut v = vec![b'x'; len];
+                    v[at] = b;
+                    cases.push(String::from_utf8(v).unwrap());
+                }
+            }
+        }
+        for s in cases {
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            string(&mut ours, &s);
+            serde_json::to_writer(&mut theirs, &s).unwrap();
+            assert_eq!(ours, theirs, "{s:?}");
+        }
+    }
     use crate::receipts::signer::seal;
     use serde_json::json;
 
