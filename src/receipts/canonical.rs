@@ -220,6 +220,8 @@ pub fn verify_signature(canonical: &[u8], signature_b64: &str, public: &[u8; 32]
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::receipts::signer::seal;
+    use serde_json::json;
 
     /// The copy of strings that need no escaping against serde_json's writer (RFC 8785's
     /// strings are JSON's): every ASCII byte, alone and at each place of longer strings, and
@@ -243,8 +245,6 @@ pub(crate) mod tests {
             assert_eq!(ours, theirs, "{s:?}");
         }
     }
-    use crate::receipts::signer::seal;
-    use serde_json::json;
 
     /// RFC 8785 §3.2.2 and Appendix B number vectors (IEEE-754 → ECMAScript text).
     #[test]
