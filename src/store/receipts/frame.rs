@@ -267,7 +267,6 @@ mod tests {
         assert!(matches!(decode(&two[2 * one..]), Frame::End));
     }
 
-    /// More guardrail events than a u16 counts (a request's findings have no bound).
     /// Rows whose texts repeat, change, turn into other kinds of value and back, or are not
     /// UTF-8 between two that are: each reads back as it was written, and a text equal to the
     /// previous row's at its place is the same `Arc`.
@@ -307,6 +306,7 @@ mod tests {
         assert!(matches!(decode(&framed(&base)), Frame::Record(back, _) if back == base));
     }
 
+    /// More guardrail events than a u16 counts (a request's findings have no bound).
     #[test]
     fn a_record_with_seventy_thousand_events_reads_back() {
         let mut r = record();
