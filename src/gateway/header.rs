@@ -25,13 +25,26 @@ const HOP_HEADERS: &[&str] =
 /// format, so it does not happen.
 pub(super) fn set_ours(map: &mut HeaderMap, ours: &[(&'static str, String)]) {
     for (k, v) in ours {
-        match (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+        match (our_name(k), HeaderValue::from_str(v)) {
             (Ok(name), Ok(value)) => {
                 map.insert(name, value);
             }
             _ => log::error!("answer header {k} not sent: not a valid header"),
         }
     }
+}
+
+/// The header name `k`. Ours are static lower-case names: borrowed as they are
+/// (`from_static`), where `from_bytes` would parse, lower-case and copy each into a new
+/// allocation, a dozen times an answer with rate limits on (session 53, every check on: 0.44 µs
+/// of `set_ours`'s 1.03 µs a request on the Pingora threads). Anything else goes through
+/// `from_bytes`, which refuses invalid names instead of panicking as `from_static` would.
+fn our_name(k: &'static str) -> Result<HeaderName, http::header::InvalidHeaderName> {
+    let plain = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+    if !k.is_empty() && k.len() <= 64 && k.bytes().all(|b| plain(&b)) {
+        return Ok(HeaderName::from_static(k));
+    }
+    HeaderName::from_bytes(k.as_bytes())
 }
 
 /// The provider's answer headers, except those that describe its hop.
@@ -96,6 +109,23 @@ mod tests {
         assert!(wire(&fast).contains(&"Content-Type: application/json".to_string()), "standard names title-cased");
         assert_eq!(fast.headers.get_all("x-provider").iter().count(), 2);
         assert_eq!(response(42, HeaderMap::new()).status, 502);
+    }
+
+    /// The borrowed names are the names `from_bytes` makes; a name `from_static` would panic
+    /// on is refused or normalised by `from_bytes` instead.
+    #[test]
+    fn our_names_equal_the_parsed_ones_and_bad_names_do_not_panic() {
+        for k in ["x-request-id", "content-type", "retry-after", "x-ratelimit-reset-tokens", "x-9", "a"] {
+            assert_eq!(our_name(k).unwrap(), HeaderName::from_bytes(k.as_bytes()).unwrap(), "{k}");
+        }
+        assert_eq!(our_name("X-Upper").unwrap().as_str(), "x-upper");
+        for bad in ["", "a b", "x\n", "é"] {
+            assert!(our_name(bad).is_err(), "{bad:?}");
+        }
+        let mut m = HeaderMap::with_capacity(2);
+        set_ours(&mut m, &[("x-a", "1".into()), ("bad name", "2".into()), ("Retry-After", "3".into())]);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.get("retry-after").unwrap(), "3");
     }
 
     #[test]

@@ -149,8 +149,9 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    /// A row of values, none of its texts remembered.
     fn values(&mut self) -> Option<Vec<Value>> {
-        self.list(Cursor::value)
+        self.row(&mut [])
     }
 
     fn rows(&mut self) -> Option<Vec<Vec<Value>>> {
@@ -172,7 +173,7 @@ impl<'a> Cursor<'a> {
 /// The payload's record; None when it is not one (or has bytes left over).
 fn record(c: &mut Cursor<'_>) -> Option<Record> {
     LAST_TEXTS.with_borrow_mut(|last| {
-        let row = c.row(last)?;
+        let row = c.row(&mut last[..MEMO_PLACES])?;
         let (events, outbox, attempts) = (c.rows()?, c.rows()?, c.rows()?);
         let spend_key = c.text_as(&mut last[MEMO_PLACES])?;
         c.0.is_empty().then_some(Record { row, events, outbox, attempts, spend_key })
@@ -195,12 +196,12 @@ thread_local! {
 }
 
 impl Cursor<'_> {
-    /// A receipt's row: [`Cursor::values`], with the texts of its first [`MEMO_PLACES`] places
-    /// shared with the previous row's where equal.
+    /// A row of values; the texts at its first `last.len()` places are shared with the
+    /// previous row's where equal (a receipt's row: [`MEMO_PLACES`] of them).
     fn row(&mut self, last: &mut [Option<Arc<str>>]) -> Option<Vec<Value>> {
         let n = self.count()?;
         let mut out = Vec::with_capacity(n.min(self.0.len()));
-        let mut places = last[..MEMO_PLACES].iter_mut();
+        let mut places = last.iter_mut();
         for _ in 0..n {
             let v = match places.next() {
                 Some(slot) if self.0.first() == Some(&TEXT) => {
