@@ -55,14 +55,24 @@ pub const TOTAL: &str = "total";
 /// `YYYY-MM` of `now` in UTC: the period key of monthly spend.
 pub fn month_key(now: DateTime<Utc>) -> String {
     use chrono::Datelike;
-    // Runs several times for every request that costs money: written digit by digit (`format!`
+    // Runs three times for every request that costs money: written digit by digit (`format!`
     // was 0.7 % of the proxy threads' time with every check on, session 50; chrono's `format`
-    // re-parses its pattern).
-    match now.year() {
+    // re-parses its pattern), into a string of its final size, from one conversion to the date
+    // (callgrind, session 53, 2 000 answers with every check on: 290 → 154 instructions a
+    // call; collected from a char iterator, the string grew twice and the instant was
+    // converted twice).
+    let date = now.date_naive();
+    match date.year() {
         y @ 0..=9999 => {
-            let (y, m) = (y as u32, now.month());
-            let digits = [y / 1000, y / 100 % 10, y / 10 % 10, y % 10, 10, m / 10, m % 10];
-            digits.iter().map(|&d| if d == 10 { '-' } else { char::from(b'0' + d as u8) }).collect()
+            let (y, m) = (y as u32, date.month());
+            let mut key = String::with_capacity(7);
+            for d in [y / 1000, y / 100 % 10, y / 10 % 10, y % 10] {
+                key.push(char::from(b'0' + d as u8));
+            }
+            key.push('-');
+            key.push(char::from(b'0' + (m / 10) as u8));
+            key.push(char::from(b'0' + (m % 10) as u8));
+            key
         }
         _ => now.format("%Y-%m").to_string(),
     }
