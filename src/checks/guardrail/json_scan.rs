@@ -4,13 +4,18 @@
 //! The walk mirrors [`super::json_text`]'s and visits every string that walk would visit; for
 //! a duplicated member it visits more (the tree keeps only the last one). So "clean here"
 //! implies "nothing found by the tree walk". Anything else (a finding, a body that is not
-//! JSON, a shape this walk did not expect) answers "use the tree", whose walk alone redacts
-//! and reports. A gap in this walk could only cost time, never a missed finding, as long as
-//! it never skips a string the tree walk scans; `tests` holds the two walks to that.
-
-use std::fmt;
-
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+//! JSON, a shape or a spelling this walk does not take on) answers "use the tree", whose walk
+//! alone redacts and reports. A gap in this walk could only cost time, never a missed finding,
+//! as long as it never skips a string the tree walk scans; `tests` holds the two walks to that.
+//!
+//! The reader is our own, not serde's visitor: it calls "clean" only what serde_json also reads
+//! as a document (JSON's grammar, strictly); what it does not take on (a `\u` escape of a
+//! surrogate, a number with an exponent or of more than [`MAX_NUMBER`] characters, a member
+//! name spelt with escapes, nesting deeper than [`MAX_NESTING`]) goes to the tree. Why: with
+//! serde's visitor the two scans of the bench's chat request and its answer, every check on,
+//! took 21 300 instructions an answer (7 900 of them the regexes); with this reader 14 900
+//! (callgrind, session 54). A generic reader shared with `gateway::request` (closures for
+//! members and elements) was tried too: 16 750 here, and the request's own parse gained 400.
 
 use super::json_text::MAX_DEPTH;
 use super::rails::Guardrails;
@@ -29,8 +34,12 @@ fn is_clean(g: &Guardrails, raw: &[u8], side: Side) -> bool {
     if g.is_empty() {
         return true;
     }
-    let mut de = serde_json::Deserializer::from_slice(raw);
-    Node { g, shape: Shape::Top(side) }.deserialize(&mut de).is_ok() && de.end().is_ok()
+    let Ok(text) = std::str::from_utf8(raw) else { return false };
+    let mut walk = Walk { g, text, at: 0, depth: 0, unescaped: String::new() };
+    walk.value(Some(Shape::Top(side))).is_ok() && {
+        walk.skip_space();
+        walk.at == raw.len()
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -93,52 +102,32 @@ enum Key {
     Other,
 }
 
-impl<'de> de::Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
-        struct Name;
-        impl Visitor<'_> for Name {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
-                Ok(match s {
-                    "messages" => Key::Messages,
-                    "system" => Key::System,
-                    "input" => Key::Input,
-                    "prompt" => Key::Prompt,
-                    "choices" => Key::Choices,
-                    "content" => Key::Content,
-                    "output" => Key::Output,
-                    "message" => Key::Message,
-                    "text" => Key::Text,
-                    "contents" => Key::Contents,
-                    "systemInstruction" => Key::SystemInstruction,
-                    "parts" => Key::Parts,
-                    "candidates" => Key::Candidates,
-                    _ => Key::Other,
-                })
-            }
+impl Key {
+    fn of(name: &str) -> Key {
+        match name {
+            "messages" => Key::Messages,
+            "system" => Key::System,
+            "input" => Key::Input,
+            "prompt" => Key::Prompt,
+            "choices" => Key::Choices,
+            "content" => Key::Content,
+            "output" => Key::Output,
+            "message" => Key::Message,
+            "text" => Key::Text,
+            "contents" => Key::Contents,
+            "systemInstruction" => Key::SystemInstruction,
+            "parts" => Key::Parts,
+            "candidates" => Key::Candidates,
+            _ => Key::Other,
         }
-        d.deserialize_str(Name)
     }
 }
 
-/// One value of the body, walked as `shape` says.
-struct Node<'g> {
-    g: &'g Guardrails,
-    shape: Shape,
-}
-
-impl Node<'_> {
-    fn child(&self, shape: Shape) -> Self {
-        Node { g: self.g, shape }
-    }
-
+impl Shape {
     /// The shape of a member's value inside an object of this shape; `None`: skip it.
-    fn member(&self, key: Key) -> Option<Shape> {
+    fn member(self, key: Key) -> Option<Shape> {
         let content = Shape::Content { depth: 0, arrays_only: false };
-        match (self.shape, key) {
+        match (self, key) {
             (Shape::Top(Side::Request), Key::Messages) => Some(Shape::List(Elem::Message)),
             (Shape::Top(Side::Request), Key::System | Key::Input | Key::Prompt) => Some(content),
             (Shape::Top(Side::Request), Key::Contents) => Some(Shape::List(Elem::Turn)),
@@ -160,8 +149,8 @@ impl Node<'_> {
     }
 
     /// The shape of a list's elements; `None`: skip them.
-    fn element(&self) -> Option<Shape> {
-        match self.shape {
+    fn element(self) -> Option<Shape> {
+        match self {
             Shape::Content { depth, .. } if depth < MAX_DEPTH => Some(Shape::Item { depth }),
             // Only a list `output` is content (as `Content { arrays_only }` at depth 0).
             Shape::Output => Some(Shape::Item { depth: 0 }),
@@ -173,8 +162,8 @@ impl Node<'_> {
         }
     }
 
-    fn scans_strings(&self) -> bool {
-        match self.shape {
+    fn scans_strings(self) -> bool {
+        match self {
             Shape::Content { arrays_only, .. } => !arrays_only,
             Shape::Item { .. } | Shape::Text => true,
             _ => false,
@@ -182,61 +171,260 @@ impl Node<'_> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Node<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+/// Where the walk stops: a finding, or something it leaves to the tree.
+struct Stop;
+
+type Step = Result<(), Stop>;
+
+/// Nesting beyond this goes to the tree (serde_json's own limit is 128).
+const MAX_NESTING: usize = 100;
+
+/// Longest number taken on: 300 digits cannot overflow a double (serde_json refuses one that does).
+const MAX_NUMBER: usize = 300;
+
+/// The reader over one body, already known to be UTF-8.
+struct Walk<'a> {
+    g: &'a Guardrails,
+    text: &'a str,
+    at: usize,
+    depth: usize,
+    /// A string with escapes, decoded (reused).
+    unescaped: String,
+}
+
+impl Walk<'_> {
+    fn bytes(&self) -> &[u8] {
+        self.text.as_bytes()
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        let hit = self.peek() == Some(b);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\n' | b'\t' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// One value, walked as `shape` says (`None`: read and skipped).
+    fn value(&mut self, shape: Option<Shape>) -> Step {
+        self.skip_space();
+        match self.peek() {
+            Some(b'{') => self.object(shape),
+            Some(b'[') => self.array(shape),
+            Some(b'"') => self.string(shape.is_some_and(Shape::scans_strings)),
+            Some(b't') => self.word("true"),
+            Some(b'f') => self.word("false"),
+            Some(b'n') => self.word("null"),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => Err(Stop),
+        }
+    }
+
+    fn object(&mut self, shape: Option<Shape>) -> Step {
+        self.enter()?;
+        self.skip_space();
+        if self.eat(b'}') {
+            return self.leave();
+        }
+        loop {
+            self.skip_space();
+            let key = self.key()?;
+            self.skip_space();
+            if !self.eat(b':') {
+                return Err(Stop);
+            }
+            self.value(shape.and_then(|s| s.member(key)))?;
+            self.skip_space();
+            if self.eat(b'}') {
+                return self.leave();
+            }
+            if !self.eat(b',') {
+                return Err(Stop);
+            }
+        }
+    }
+
+    fn array(&mut self, shape: Option<Shape>) -> Step {
+        self.enter()?;
+        self.skip_space();
+        if self.eat(b']') {
+            return self.leave();
+        }
+        let element = shape.and_then(Shape::element);
+        loop {
+            self.value(element)?;
+            self.skip_space();
+            if self.eat(b']') {
+                return self.leave();
+            }
+            if !self.eat(b',') {
+                return Err(Stop);
+            }
+        }
+    }
+
+    fn enter(&mut self) -> Step {
+        self.at += 1;
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(Stop);
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self) -> Step {
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// A member's name. One spelt with escapes goes to the tree (no name the walk follows needs one).
+    fn key(&mut self) -> Result<Key, Stop> {
+        if !self.eat(b'"') {
+            return Err(Stop);
+        }
+        let start = self.at;
+        let end = plain_end(self.bytes(), start);
+        if self.bytes().get(end) != Some(&b'"') {
+            return Err(Stop);
+        }
+        self.at = end + 1;
+        Ok(Key::of(&self.text[start..end]))
+    }
+
+    /// A string; scanned when `scan`. Stops at a finding.
+    fn string(&mut self, scan: bool) -> Step {
+        self.at += 1;
+        let start = self.at;
+        let end = plain_end(self.bytes(), start);
+        let found = match self.bytes().get(end) {
+            Some(b'"') => {
+                self.at = end + 1;
+                scan && self.g.finds_anything(&self.text[start..end])
+            }
+            Some(b'\\') => {
+                self.unescape(start, end)?;
+                scan && self.g.finds_anything(&self.unescaped)
+            }
+            _ => return Err(Stop),
+        };
+        if found {
+            return Err(Stop);
+        }
+        Ok(())
+    }
+
+    /// Decodes a string with escapes into `unescaped`: `text[start..end]` is its plain start,
+    /// `end` its first backslash.
+    fn unescape(&mut self, start: usize, mut end: usize) -> Step {
+        let mut out = std::mem::take(&mut self.unescaped);
+        out.clear();
+        out.push_str(&self.text[start..end]);
+        loop {
+            match self.bytes().get(end) {
+                Some(b'"') => break,
+                Some(b'\\') => end = self.escape(end + 1, &mut out)?,
+                _ => return Err(Stop),
+            }
+            let plain = plain_end(self.bytes(), end);
+            out.push_str(&self.text[end..plain]);
+            end = plain;
+        }
+        self.at = end + 1;
+        self.unescaped = out;
+        Ok(())
+    }
+
+    /// One escape after its backslash, pushed onto `out`; returns where the string goes on.
+    fn escape(&self, at: usize, out: &mut String) -> Result<usize, Stop> {
+        let c = match self.bytes().get(at) {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                let hex = self.text.get(at + 1..at + 5).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+                let code = hex.and_then(|h| u32::from_str_radix(h, 16).ok()).ok_or(Stop)?;
+                // A surrogate (half of a pair, or alone) goes to the tree.
+                out.push(char::from_u32(code).ok_or(Stop)?);
+                return Ok(at + 5);
+            }
+            _ => return Err(Stop),
+        };
+        out.push(c);
+        Ok(at + 1)
+    }
+
+    fn word(&mut self, word: &str) -> Step {
+        if !self.text[self.at..].starts_with(word) {
+            return Err(Stop);
+        }
+        self.at += word.len();
+        Ok(())
+    }
+
+    /// JSON's number grammar, without an exponent (the tree decides those, and the longest).
+    fn number(&mut self) -> Step {
+        let start = self.at;
+        self.eat(b'-');
+        match self.peek() {
+            Some(b'0') => self.at += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(Stop),
+        }
+        if self.eat(b'.') {
+            if !self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                return Err(Stop);
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) || self.at - start > MAX_NUMBER {
+            return Err(Stop);
+        }
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
     }
 }
 
-impl<'de> Visitor<'de> for Node<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
-        // Stops the parse at the first finding: the tree walk takes over from the start.
-        if self.scans_strings() && self.g.finds_anything(s) {
-            return Err(E::custom("a guardrail finding"));
+/// The first byte from `at` that ends a string's plain run: a quote, a backslash or a control
+/// character (which JSON forbids there); `b.len()` if none. Eight bytes a step (the SWAR
+/// zero-byte test: the lowest flagged byte is exact, borrows only run upwards); `plain_end_slow`
+/// in `tests` is its reference.
+fn plain_end(b: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+    while let Some(chunk) = b.get(at..at + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        let hits = (zero(w ^ (ONES * u64::from(b'"')))
+            | zero(w ^ (ONES * u64::from(b'\\')))
+            | (w.wrapping_sub(ONES * 0x20) & !w))
+            & HIGH;
+        if hits != 0 {
+            return at + (hits.trailing_zeros() / 8) as usize;
         }
-        Ok(())
+        at += 8;
     }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        match self.element() {
-            Some(shape) => while seq.next_element_seed(self.child(shape))?.is_some() {},
-            None => while seq.next_element::<IgnoredAny>()?.is_some() {},
-        }
-        Ok(())
+    while b.get(at).is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20) {
+        at += 1;
     }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key>()? {
-            match self.member(key) {
-                Some(shape) => map.next_value_seed(self.child(shape))?,
-                None => map.next_value::<IgnoredAny>().map(drop)?,
-            }
-        }
-        Ok(())
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
+    at
 }
 
 #[cfg(test)]
@@ -343,5 +531,110 @@ mod tests {
             assert!(!request_is_clean(&g, raw) && !response_is_clean(&g, raw), "{raw:?}");
         }
         assert!(request_is_clean(&Guardrails::none(), b"not json"), "nothing active: nothing to find");
+    }
+
+    #[test]
+    fn escapes_are_decoded_before_the_scan() {
+        let g = rails();
+        assert!(!request_is_clean(&g, br#"{"messages":[{"content":"write to a\u0040b.io"}]}"#));
+        assert!(!request_is_clean(&g, br#"{"messages":[{"content":"\"a@b.io\"\n"}]}"#));
+        assert!(request_is_clean(&g, br#"{"messages":[{"content":"tab\there \u00e9t\u00E9 \/ \\ \b\f\r"}]}"#));
+    }
+
+    #[test]
+    fn what_the_reader_does_not_take_on_goes_to_the_tree() {
+        let g = rails();
+        let deep = format!("{{\"messages\":{}{}}}", "[".repeat(MAX_NESTING), "]".repeat(MAX_NESTING));
+        for raw in [
+            &br#"{"messages":[],"n":1e5}"#[..],
+            br#"{"messages":[{"content":"\ud83d\ude00"}]}"#,
+            br#"{"m\u0065ssages":[]}"#,
+            br#"{"messages":[],"n":01}"#,
+            br#"{"messages":[{"content":"a\x"}]}"#,
+            b"{\"messages\":[{\"content\":\"a\x01\"}]}",
+            deep.as_bytes(),
+        ] {
+            assert!(!request_is_clean(&g, raw), "{}", String::from_utf8_lossy(raw));
+        }
+        assert!(request_is_clean(&g, format!("{{\"n\":{}}}", "1".repeat(MAX_NUMBER)).as_bytes()));
+    }
+
+    #[test]
+    fn every_usual_value_is_read_not_left_to_the_tree() {
+        let raw = br#" { "model" : "m", "n": -0.5, "k": 120, "t": true, "f": false, "z": null,
+            "messages": [ {"role": "user", "content": [ {"type": "text", "text": "hi"} ] } ], "o": {}, "l": [] } "#;
+        assert!(request_is_clean(&rails(), raw));
+    }
+
+    /// Clean here must mean: serde_json reads the same bytes as a document, and the tree walk
+    /// finds nothing in it. Every body of `bodies`, pretty and compact, with one byte changed,
+    /// dropped or the rest cut off at each place.
+    #[test]
+    fn clean_only_when_serde_reads_it_and_the_tree_finds_nothing() {
+        let g = rails();
+        let swaps =
+            [b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b' ', b'0', b'-', b'.', b'e', b't', b'u', 1, 0xff, b'@'];
+        let mut docs = Vec::new();
+        for body in bodies("a\tb@ 4111 x").into_iter().take(40).chain(bodies("fine \u{e9}").into_iter().take(40)) {
+            docs.push(serde_json::to_vec(&body).unwrap());
+            docs.push(serde_json::to_vec_pretty(&body).unwrap());
+        }
+        docs.push(br#"{"messages":[{"content":"x\u0041y"}],"n":[-0,1.25,10,0.0]}"#.to_vec());
+        let holds = |raw: &[u8]| {
+            for (clean, walk) in [
+                (request_is_clean(&g, raw), apply_to_request_json as fn(&Guardrails, &mut Value) -> _),
+                (response_is_clean(&g, raw), apply_to_response_json),
+            ] {
+                if clean {
+                    let mut tree: Value = serde_json::from_slice(raw)
+                        .unwrap_or_else(|e| panic!("clean but not JSON ({e}): {}", String::from_utf8_lossy(raw)));
+                    assert!(
+                        walk(&g, &mut tree).findings.is_empty(),
+                        "clean but found: {}",
+                        String::from_utf8_lossy(raw)
+                    );
+                }
+            }
+        };
+        for doc in &docs {
+            holds(doc);
+            for at in 0..doc.len() {
+                holds(&doc[..at]);
+                let mut dropped = doc.clone();
+                dropped.remove(at);
+                holds(&dropped);
+                for &b in &swaps {
+                    let mut changed = doc.clone();
+                    changed[at] = b;
+                    holds(&changed);
+                }
+            }
+        }
+    }
+
+    /// `plain_end`'s reference: one byte a step.
+    fn plain_end_slow(b: &[u8], mut at: usize) -> usize {
+        while at < b.len() && !matches!(b[at], b'"' | b'\\' | 0..=0x1f) {
+            at += 1;
+        }
+        at
+    }
+
+    #[test]
+    fn plain_end_equals_its_byte_by_byte_reference() {
+        let alphabet =
+            [b'a', b'"', b'\\', 0, 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xff, b'!', b'#', b'[', b']', 0x21, 0x5b, 0x5d];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 40) as usize;
+            let b: Vec<u8> =
+                (0..len).map(|i| alphabet[((seed >> (i % 60)) as usize + i * 7) % alphabet.len()]).collect();
+            for at in 0..=len {
+                assert_eq!(plain_end(&b, at), plain_end_slow(&b, at), "{b:?} from {at}");
+            }
+        }
     }
 }
